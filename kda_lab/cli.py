@@ -1,0 +1,169 @@
+"""`kda` / `python -m kda_lab`: the lab's command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kda_lab import ledger
+from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
+
+
+def _latest_status(task: Task) -> str:
+    rows = ledger.read_solutions(task.path)
+    return rows[-1]["status"] if rows else "no candidate"
+
+
+def best_speedup(task: Task) -> tuple[float | None, str]:
+    """Best geomean over bench-mode runs in the ledger (None if no candidate was benchmarked)."""
+    best: tuple[float | None, str] = (None, "")
+    for run_id, rows in ledger.runs(ledger.read_benchmark_rows(task.path)).items():
+        if rows[0]["mode"] != "bench":
+            continue
+        g = ledger.summarize_run(rows)["geomean"]
+        if g is not None and (best[0] is None or g > best[0]):
+            best = (g, run_id)
+    return best
+
+
+def latest_row_numbers(task: Task) -> dict[str, dict[str, str]]:
+    """Per row, the most recent ledger row that measured it (any mode)."""
+    latest: dict[str, dict[str, str]] = {}
+    for rows in ledger.runs(ledger.read_benchmark_rows(task.path)).values():
+        for r in rows:
+            latest[r["row"]] = r
+    return latest
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    dirs = all_task_dirs()
+    if not dirs:
+        print("no tasks under kernels/")
+        return 0
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<12} {'best':>7}")
+    for d in dirs:
+        try:
+            t = load_task(d)
+        except TaskError as e:
+            print(f"{d.name:<52} INVALID: {e}")
+            continue
+        best, _ = best_speedup(t)
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {_latest_status(t):<12} "
+              f"{(f'{best:.2f}x' if best else '-'):>7}")
+        if args.rows:
+            latest = latest_row_numbers(t)
+            for w in t.workloads:
+                if w.kind != "production":
+                    continue
+                r = latest.get(w.name)
+                tb = f"{float(r['baseline_tbps']):.2f} TB/s baseline" if r and r["baseline_tbps"] else "not measured"
+                cand = (f", {float(r['candidate_tbps']):.2f} TB/s {r['candidate_id']}"
+                        if r and r["candidate_tbps"] and r["mode"] == "bench" else "")
+                print(f"    {w.name:<40} {w.model:<18} {tb}{cand}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    dirs = [load_task(n).path for n in args.tasks] if args.tasks else all_task_dirs()
+    bad = 0
+    for d in dirs:
+        problems = validate_task_dir(d)
+        print(f"{'ok     ' if not problems else 'INVALID'} {d.name}")
+        for p in problems:
+            print(f"    {p}")
+        bad += bool(problems)
+    if not dirs:
+        print("no task folders found under kernels/")
+        return 1
+    return 1 if bad else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    task = load_task(args.task)
+    if args.interpret:
+        from kda_lab.interpret import interpret_check
+
+        return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds)
+    from kda_lab.run import run_check
+
+    report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
+    return 1 if report.failed("candidate") else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kda_lab.run import run_bench
+
+    mode = "aa" if args.aa else "baseline-only" if args.baseline_only else "bench"
+    task = load_task(args.task)
+    run_bench(task, mode=mode, rows=args.rows, trials=args.trials, seed=args.seed, compile_peer=not args.no_compile,
+              record=not args.no_record, include_test_rows=args.test_rows, allow_other_arch=args.allow_other_arch)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from kda_lab.doctor import report
+
+    return report()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kda", description="KDA Lab: SGLang diffusion kernel tasks, harness and ledgers")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("tasks", help="every task: arch, family, status, best measured speedup")
+    t.add_argument("--rows", action="store_true", help="also list production rows with their measured TB/s")
+    t.set_defaults(func=cmd_tasks)
+
+    v = sub.add_parser("validate", help="validate task folders and their ledgers (all by default)")
+    v.add_argument("tasks", nargs="*")
+    v.set_defaults(func=cmd_validate)
+
+    c = sub.add_parser("check", help="correctness of the candidate and the SGLang baseline against the oracle")
+    c.add_argument("task")
+    c.add_argument("--rows", nargs="+", help="row names (default: all production and test rows)")
+    c.add_argument("--seeds", type=int, default=2, help="fresh random input sets per row")
+    c.add_argument("--seed", type=int, help="base seed (default: random, recorded)")
+    c.add_argument("--no-record", action="store_true", help="do not append to solutions.jsonl")
+    c.add_argument("--interpret", action="store_true",
+                   help="CPU: run SGLang's Triton kernels in the Triton interpreter on the rows tagged 'tiny'")
+    c.add_argument("--dtypes", default="float32,float16", help="with --interpret: dtypes to run")
+    c.set_defaults(func=cmd_check)
+
+    b = sub.add_parser("bench", help="interleaved CUDA-graph timing vs SGLang (GPU)")
+    b.add_argument("task")
+    g = b.add_mutually_exclusive_group()
+    g.add_argument("--baseline-only", action="store_true", help="time only the SGLang baseline (+ peers)")
+    g.add_argument("--aa", action="store_true", help="A/A: the baseline against itself (harness noise)")
+    b.add_argument("--rows", nargs="+", help="row names (default: every production row)")
+    b.add_argument("--test-rows", action="store_true", help="also time test rows")
+    b.add_argument("--trials", type=int, default=20)
+    b.add_argument("--seed", type=int, help="input and order seed (default: random, recorded)")
+    b.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    b.add_argument("--no-record", action="store_true", help="do not append to the ledgers")
+    b.add_argument("--allow-other-arch", action="store_true", help=argparse.SUPPRESS)
+    b.set_defaults(func=cmd_bench)
+
+    d = sub.add_parser("doctor", help="GPU, nvcc, torch/triton/sglang/CuTe DSL, Claude Code, Humanize")
+    d.set_defaults(func=cmd_doctor)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TaskError as e:
+        print(f"kda: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        from kda_lab.run import RunError
+
+        if isinstance(e, RunError):
+            print(f"kda: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Correctness: an implementation against the lab's fp64 oracle, on seeded inputs, with poisoned outputs.
+
+- Outputs are poisoned: inside a check every float ``torch.empty*`` allocation is NaN-filled, and on CUDA the
+  caching allocator is pre-filled with NaN blocks of each output's size, so an element the kernel never
+  writes reads back as NaN. NaN/Inf never pass.
+- In-place functions run on clone-for-clone copies; the oracle sees the pristine inputs.
+- Failure reports give max abs/rel error, the mismatch count and the first bad index.
+- ``exact`` functions (SGLang's roundings are the contract) must match the SGLang output bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from kda_lab.families.base import FunctionContract
+from kda_lab.inputs import clone_args, make_inputs
+from kda_lab.task import Task, Tolerance
+from kda_lab.workloads import Workload
+
+_EMPTY_FNS = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
+
+
+class _PoisonEmpty(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _EMPTY_FNS and isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+            with torch.no_grad():
+                out.fill_(float("nan"))
+        return out
+
+
+@contextmanager
+def poisoned_outputs(device: torch.device, output_bytes: list[int]) -> Iterator[None]:
+    if device.type == "cuda":
+        # Freed NaN blocks of the outputs' sizes are what the caching allocator hands out next.
+        blocks = [torch.full((max(n, 1),), 0xFF, dtype=torch.uint8, device=device) for n in output_bytes]
+        del blocks
+    with _PoisonEmpty():
+        yield
+
+
+@dataclass
+class Comparison:
+    output: str
+    ok: bool
+    numel: int
+    mismatches: int = 0
+    nonfinite: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    first_bad: tuple[int, ...] | None = None
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.output}: ok (max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g})"
+        where = f" first at {list(self.first_bad)}" if self.first_bad is not None else ""
+        return (f"{self.output}: FAIL {self.reason}: {self.mismatches}/{self.numel} mismatches, "
+                f"{self.nonfinite} NaN/Inf (unwritten or overflow), max abs {self.max_abs:.3g}, "
+                f"max rel {self.max_rel:.3g}{where}")
+
+
+def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(name, False, ref.numel(), reason=f"shape {list(out.shape)} != expected {list(ref.shape)}")
+    o, r = out.detach().double(), ref.detach().double().to(out.device)
+    nonfinite = ~torch.isfinite(o)
+    err = (o - r).abs()
+    bad = ~(err <= tol.atol + tol.rtol * r.abs()) | nonfinite  # NaN compares false: never passes
+    finite_err = torch.where(nonfinite, torch.zeros_like(err), err)
+    rel = finite_err / r.abs().clamp_min(tol.atol if tol.atol > 0 else 1e-30)
+    n_bad = int(bad.sum())
+    first = None
+    if n_bad:
+        idx = int(torch.nonzero(bad.flatten())[0])
+        first = tuple(int(i) for i in torch.unravel_index(torch.tensor(idx), tuple(ref.shape)))
+    return Comparison(
+        output=name, ok=n_bad == 0, numel=ref.numel(), mismatches=n_bad, nonfinite=int(nonfinite.sum()),
+        max_abs=float(finite_err.max()) if finite_err.numel() else 0.0,
+        max_rel=float(rel.max()) if rel.numel() else 0.0, first_bad=first,
+        reason="" if n_bad == 0 else ("outputs not fully written / NaN" if int(nonfinite.sum()) else "beyond tolerance"),
+    )
+
+
+def compare_exact(name: str, out: torch.Tensor, ref: torch.Tensor) -> Comparison:
+    if tuple(out.shape) != tuple(ref.shape) or out.dtype != ref.dtype:
+        return Comparison(name, False, ref.numel(), reason=f"{out.dtype}{list(out.shape)} != {ref.dtype}{list(ref.shape)}")
+    same = (out == ref) | (torch.isnan(out) & torch.isnan(ref))
+    cmp = compare(name, out, ref, Tolerance(0.0, 0.0))
+    cmp.ok = bool(same.all()) and cmp.nonfinite == 0
+    cmp.reason = "" if cmp.ok else "not bit-identical to SGLang"
+    return cmp
+
+
+@dataclass
+class RowResult:
+    row: str
+    impl: str
+    seed: int
+    ok: bool
+    comparisons: list[Comparison] = field(default_factory=list)
+    error: str = ""
+
+    def describe(self) -> str:
+        head = f"{self.row} [{self.impl}, seed {self.seed}]: {'ok' if self.ok else 'FAIL'}"
+        if self.error:
+            return f"{head}: {self.error}"
+        return head + "".join(f"\n    {c.describe()}" for c in self.comparisons if not c.ok or not self.ok)
+
+
+def run_impl(fn: Callable[..., Any], contract: FunctionContract, args: dict[str, Any],
+             expected_bytes: list[int]) -> tuple[torch.Tensor, ...]:
+    """Call ``fn`` on private copies of ``args`` with poisoned outputs; returns its outputs."""
+    private = contract.prepared(clone_args(args))
+    device = next((v.device for v in args.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    with torch.no_grad(), poisoned_outputs(device, expected_bytes):
+        result = fn(**private)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return contract.outputs(result, private)
+
+
+def check_row(task: Task, workload: Workload, contract: FunctionContract, impls: dict[str, Callable[..., Any]],
+              seed: int, device: torch.device | str, baseline_impl: str = "baseline") -> list[RowResult]:
+    """Check every impl on one row and seed against the oracle (and bitwise against SGLang when exact)."""
+    device = torch.device(device)
+    args = make_inputs(workload, device, seed)
+    with torch.no_grad():
+        expected = contract.oracle(contract.prepared(clone_args(args)))
+    exact = task.functions[workload.fn].exact
+    sizes = [e.numel() * 4 for e in expected]
+    results: list[RowResult] = []
+    baseline_out: tuple[torch.Tensor, ...] | None = None
+    for impl_name, fn in impls.items():
+        res = RowResult(workload.name, impl_name, seed, ok=False)
+        try:
+            outs = run_impl(fn, contract, args, sizes)
+        except Exception as e:  # noqa: BLE001 - an implementation that raises fails the row, with the reason
+            res.error = f"raised {type(e).__name__}: {e}"
+            results.append(res)
+            continue
+        if len(outs) != len(expected):
+            res.error = f"returned {len(outs)} outputs, expected {len(expected)}"
+            results.append(res)
+            continue
+        names = contract.output_names if len(contract.output_names) == len(outs) else tuple(
+            f"out{i}" for i in range(len(outs)))
+        for name, out, ref in zip(names, outs, expected, strict=True):
+            dtype = str(out.dtype).removeprefix("torch.")
+            tol = task.tolerance(dtype) if dtype in task.tolerances else Tolerance(0.0, 0.0)
+            res.comparisons.append(compare(name, out, ref, tol))
+        if exact and impl_name != baseline_impl and baseline_out is not None:
+            res.comparisons += [compare_exact(f"{n}(vs SGLang)", o, b)
+                                for n, o, b in zip(names, outs, baseline_out, strict=True)]
+        if impl_name == baseline_impl:
+            baseline_out = outs
+        res.ok = all(c.ok for c in res.comparisons)
+        results.append(res)
+    return results

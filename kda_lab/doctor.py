@@ -1,0 +1,86 @@
+"""`kda doctor`: what this machine has for the lab, and the command that fixes each missing piece."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+Check = tuple[str, bool, str, str]  # (what, ok, found, fix)
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout or out.stderr).strip() if out.returncode == 0 else ""
+
+
+def _dist(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _module_version(module: str) -> str:
+    try:
+        mod = __import__(module, fromlist=["__version__"])
+    except Exception:  # noqa: BLE001 - any import failure means "not usable here"
+        return ""
+    return str(getattr(mod, "__version__", "present"))
+
+
+def checks() -> list[Check]:
+    out: list[Check] = []
+    try:
+        import torch
+
+        out.append(("torch", True, torch.__version__, ""))
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                cc = torch.cuda.get_device_capability(i)
+                arch = {(9, 0): "h200 tasks", (10, 0): "b200 tasks"}.get(cc, "no lab arch")
+                out.append((f"GPU {i}", True, f"{torch.cuda.get_device_name(i)} cc {cc[0]}.{cc[1]} ({arch})", ""))
+        else:
+            out.append(("GPU", False, "none (CPU only: correctness via --interpret; timings need the GPU box)",
+                        "see docs/gpu-box.md to run on the H200 box"))
+    except ImportError:
+        out.append(("torch", False, "", "pip install -r requirements/cpu.txt"))
+    nvcc = _run(["nvcc", "--version"]).splitlines()
+    out.append(("nvcc", bool(nvcc), nvcc[-1] if nvcc else "", "install the CUDA toolkit 13.x (nvcc on PATH)"))
+    out.append(("triton", bool(_dist("triton")), _dist("triton"), "pip install triton==3.6.0"))
+    sgl = _dist("sglang") or _module_version("sglang")
+    out.append(("sglang", sgl == "0.5.23", sgl or "missing",
+                "pip install --no-deps sglang==0.5.23 (then requirements/cpu.txt for its import deps)"))
+    cute = _dist("nvidia-cutlass-dsl") or ("present" if _module_version("cutlass") else "")
+    out.append(("CuTe DSL", bool(cute), cute or "missing",
+                "pip install --no-deps nvidia-cutlass-dsl==4.8.0 (GPU box: ../shared/gpu/README.md stage b)"))
+    claude = _run(["claude", "--version"])
+    out.append(("Claude Code", bool(claude), claude or "missing", "npm install -g @anthropic-ai/claude-code"))
+    humanize = _find_humanize()
+    out.append(("Humanize plugin", bool(humanize), humanize or "missing",
+                "in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize"))
+    out.append(("tmux", bool(shutil.which("tmux")), shutil.which("tmux") or "missing", "apt-get install -y tmux"))
+    return out
+
+
+def _find_humanize() -> str:
+    root = Path.home() / ".claude"
+    if not root.exists():
+        return ""
+    for p in root.rglob("*"):
+        if p.is_dir() and p.name.lower() == "humanize":
+            return str(p)
+    return ""
+
+
+def report(show: Callable[[str], None] = print) -> int:
+    rows = checks()
+    width = max(len(r[0]) for r in rows)
+    for what, ok, found, fix in rows:
+        show(f"{'ok ' if ok else 'MISSING'} {what:<{width}}  {found}" + ("" if ok else f"\n        fix: {fix}"))
+    return 0

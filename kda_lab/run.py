@@ -1,0 +1,250 @@
+"""The two lab runs: ``check`` (correctness against the oracle) and ``bench`` (interleaved device timing).
+
+Both sides are called identically: the SGLang baseline through its public entry point (the
+``sglang.kernels.ops.diffusion`` facade), the candidate through ``src/register.py``'s EXPORTS, each as
+``fn(**args)`` on the same argument sets. Results go to the task's ledgers.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+import torch
+
+from kda_lab import ledger
+from kda_lab.byte_model import tbps
+from kda_lab.correctness import RowResult, check_row
+from kda_lab.env import capture
+from kda_lab.families import contract
+from kda_lab.inputs import make_inputs, rotation_count
+from kda_lab.paths import repo_root
+from kda_lab.progress import progress
+from kda_lab.stats import aa_spread
+from kda_lab.task import Task, TaskError, load_candidate, source_hash
+from kda_lab.workloads import Workload
+
+
+class RunError(RuntimeError):
+    """A run that cannot happen here (wrong device, missing dependency); the message says how to fix it."""
+
+
+def resolve_entry(entry: str) -> Callable[..., Any]:
+    module, _, name = entry.partition(":")
+    try:
+        return getattr(import_module(module), name)
+    except ImportError as e:
+        raise RunError(f"cannot import SGLang entry point {entry}: {e}. Install the pinned SGLang "
+                       "(`pip install --no-deps sglang==0.5.23`, see README) or run on the GPU box.") from e
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def cuda_device(task: Task, allow_other_arch: bool = False) -> torch.device:
+    if not torch.cuda.is_available():
+        raise RunError(f"{task.slug} needs a CUDA GPU ({task.arch}); on CPU use `kda check {task.slug} --interpret` "
+                       "for the interpreter checks, and the GPU box for evidence (docs/gpu-box.md)")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    cc = torch.cuda.get_device_capability(dev)
+    if cc != task.capability and not allow_other_arch:
+        raise RunError(f"{task.slug} is an {task.arch} task (compute capability {task.capability}); this GPU is "
+                       f"{torch.cuda.get_device_name(dev)} {cc}. Its numbers would not be evidence for {task.arch}.")
+    return dev
+
+
+@dataclass
+class Candidate:
+    id: str
+    source_hash: str
+    status: str
+    exports: dict[str, Callable[..., Any]]
+    is_baseline: bool
+
+
+def candidate_identity(task: Task, register: bool = True) -> Candidate:
+    """The candidate in src/ and its lineage id (a new id is registered when its source hash is new)."""
+    module = load_candidate(task)
+    h = source_hash(task.src_dir)
+    is_baseline = bool(getattr(module, "BASELINE", False))
+    rows = ledger.read_solutions(task.path)
+    same = [r for r in rows if r["source_hash"] == h]
+    if same:
+        return Candidate(same[-1]["id"], h, same[-1]["status"], module.EXPORTS, is_baseline)
+    ids = [r["id"] for r in rows]
+    new_id = f"c{len(set(ids)):03d}"
+    status = "baseline" if is_baseline else "proposed"
+    if register:
+        env = capture(repo_root())
+        ledger.append_solution(task.path, id=new_id, parent=ids[-1] if ids else None, status=status, event="register",
+                               source_hash=h, arch=task.arch, gpu=env["gpu_name"], evidence={},
+                               git_commit=env["git_commit"], command=env["command"],
+                               note="SGLang baseline passthrough" if is_baseline else "")
+    return Candidate(new_id, h, status, module.EXPORTS, is_baseline)
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+@dataclass
+class CheckReport:
+    results: list[RowResult] = field(default_factory=list)
+
+    def failed(self, impl: str) -> list[RowResult]:
+        return [r for r in self.results if r.impl == impl and not r.ok]
+
+    def passed(self, impl: str) -> list[RowResult]:
+        return [r for r in self.results if r.impl == impl and r.ok]
+
+
+def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: int | None = None,
+              device: torch.device | None = None, record: bool = True, show: Callable[[str], None] = print) -> CheckReport:
+    device = device or cuda_device(task)
+    cand = candidate_identity(task, register=record)
+    base_seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
+    report = CheckReport()
+    workloads = task.rows(rows)
+    for w in progress(workloads, desc=f"check {task.slug}"):
+        c = contract(task.family, w.fn)
+        impls = {"baseline": resolve_entry(task.functions[w.fn].entry), "candidate": cand.exports[w.fn]}
+        for s in range(seeds):
+            report.results += check_row(task, w, c, impls, base_seed + s, device)
+        gc.collect()
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    for r in report.results:
+        if not r.ok:
+            show(r.describe())
+    cand_ok = not report.failed("candidate")
+    base_bad = sorted({r.row for r in report.failed("baseline")})
+    show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}) "
+         f"{'PASSED' if cand_ok else 'FAILED'}: {len(report.passed('candidate'))} ok, "
+         f"{len(report.failed('candidate'))} failed over {len(workloads)} rows x {seeds} seeds (base seed {base_seed})")
+    if base_bad:
+        show(f"SGLang baseline disagrees with the oracle beyond tolerance on: {', '.join(base_bad)}")
+    if record:
+        env = capture(repo_root(), device)
+        run_id = new_run_id()
+        note = f"base seed {base_seed}; rows {len(workloads)}; seeds {seeds}"
+        if base_bad:
+            note += f"; SGLang baseline beyond tolerance on {','.join(base_bad)}"
+        ledger.append_solution(
+            task.path, id=cand.id, parent=None, status="correct" if cand_ok else "incorrect", event="check",
+            source_hash=cand.source_hash, arch=env["arch"], gpu=env["gpu_name"],
+            evidence={"run_id": run_id, "passed": len(report.passed("candidate")),
+                      "failed": len(report.failed("candidate"))},
+            git_commit=env["git_commit"], command=env["command"], note=note)
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ bench
+
+def _fmt_us(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}"
+
+
+def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, seed: int, compile_peer: bool,
+              device: torch.device) -> dict[str, Any]:
+    from kda_lab.timing import GraphTimer, copy_yardstick, host_time_us, time_interleaved
+
+    c = contract(task.family, w.fn)
+    spec = task.functions[w.fn]
+    baseline = resolve_entry(spec.entry)
+    props = torch.cuda.get_device_properties(device)
+    l2 = int(getattr(props, "L2_cache_size", 60 << 20))
+    sets = rotation_count(w, l2)
+    arg_sets = [c.prepared(make_inputs(w, device, seed * 7919 + i)) for i in range(sets)]
+    impls: dict[str, Callable[..., Any]] = {"baseline": baseline}
+    if mode == "bench":
+        impls["candidate"] = cand.exports[w.fn]
+    elif mode == "aa":
+        impls["candidate"] = resolve_entry(spec.entry)  # the same baseline, captured and timed as a second side
+    if compile_peer and c.torch_reference is not None and mode != "aa":
+        impls["compile"] = torch.compile(c.torch_reference, dynamic=False)
+    nbytes = spec.byte_model.bytes(w)
+    with torch.no_grad():
+        timers = {name: GraphTimer(lambda a, f=fn: f(**a), arg_sets) for name, fn in impls.items()}
+        timers["copy"] = copy_yardstick(nbytes, sets, device)
+        times = time_interleaved(timers, trials, seed)
+        host = {name: host_time_us(lambda a, f=fn: f(**a), arg_sets) for name, fn in impls.items() if name != "compile"}
+    s = times.summaries
+    base_us = s["baseline"].median
+    cand_us = s["candidate"].median if "candidate" in s else None
+    measured = cand_us if cand_us is not None else base_us
+    row = {
+        "function": w.fn, "row": w.name, "row_kind": w.kind, "model": w.model, "preset": w.preset,
+        "dtype": w.primary().dtype, "shape": w.shape_signature(), "bytes": nbytes,
+        "baseline_us": base_us, "baseline_p10_us": s["baseline"].p10, "baseline_p90_us": s["baseline"].p90,
+        "candidate_us": cand_us, "candidate_p10_us": s["candidate"].p10 if cand_us else None,
+        "candidate_p90_us": s["candidate"].p90 if cand_us else None,
+        "speedup": base_us / cand_us if cand_us else None,
+        "compile_us": s["compile"].median if "compile" in s else None,
+        "speedup_vs_compile": s["compile"].median / measured if "compile" in s else None,
+        "copy_us": s["copy"].median, "sol": s["copy"].median / measured,
+        "candidate_tbps": tbps(nbytes, cand_us), "baseline_tbps": tbps(nbytes, base_us),
+        "host_baseline_us": host["baseline"], "host_candidate_us": host.get("candidate"),
+        "trials": trials, "input_sets": sets, "seed": seed,
+    }
+    del timers, arg_sets
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, trials: int = 20,
+              seed: int | None = None, compile_peer: bool = True, record: bool = True,
+              include_test_rows: bool = False, allow_other_arch: bool = False,
+              show: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    if mode not in ledger.BENCHMARK_MODES:
+        raise TaskError(f"mode {mode!r} not in {ledger.BENCHMARK_MODES}")
+    device = cuda_device(task, allow_other_arch)
+    cand = candidate_identity(task, register=record)
+    seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
+    kinds = ("production", "test") if include_test_rows else ("production",)
+    workloads = [w for w in task.rows(rows, kinds=kinds) if w.bench]
+    env = capture(repo_root(), device)
+    run_id = new_run_id()
+    out: list[dict[str, Any]] = []
+    for w in progress(workloads, desc=f"bench {task.slug} ({mode})"):
+        row = bench_row(task, w, cand, mode, trials, seed, compile_peer, device)
+        row.update(run_id=run_id, task=task.slug, arch=env["arch"], mode=mode,
+                   candidate_id="baseline" if mode != "bench" else cand.id, source_hash=cand.source_hash,
+                   **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"])
+        out.append(row)
+    summary = ledger.summarize_run(out)
+    show(format_table(out, mode))
+    if mode == "aa":
+        spread = aa_spread([r["speedup"] for r in out if r["row_kind"] == "production"])
+        show(f"A/A: geomean {spread['geomean']:.4f}, per-row range {spread['min']:.4f}..{spread['max']:.4f} "
+             f"(max deviation {spread['max_dev']:.2%}); expect 0.97-1.03")
+    elif mode == "bench":
+        show(f"geomean speedup {summary['geomean']:.3f}x over {summary['n_rows']} production rows; "
+             f"worst {summary['worst']:.3f}x ({summary['worst_row']})")
+    if record:
+        ledger.append_benchmark_rows(task.path, out)
+        if mode == "bench":
+            ledger.append_solution(
+                task.path, id=cand.id, parent=None, status="benchmarked", event="bench", source_hash=cand.source_hash,
+                arch=env["arch"], gpu=env["gpu_name"],
+                evidence={"run_id": run_id, "geomean": summary["geomean"], "worst": summary["worst"]},
+                git_commit=env["git_commit"], command=env["command"], note=f"{summary['n_rows']} production rows")
+        show(f"recorded run {run_id} in {task.path.name}/benchmark.csv")
+    return out
+
+
+def format_table(rows: list[dict[str, Any]], mode: str) -> str:
+    head = f"{'row':<34} {'MB':>8} {'base us':>9} {'cand us':>9} {'speedup':>8} {'compile':>9} {'TB/s':>6} {'sol':>5} {'host b/c us':>13}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        tb = r["candidate_tbps"] if r["candidate_tbps"] is not None else r["baseline_tbps"]
+        sp = f"{r['speedup']:.3f}" if r["speedup"] else "-"
+        lines.append(
+            f"{r['row'][:34]:<34} {r['bytes'] / 1e6:>8.2f} {r['baseline_us']:>9.2f} {_fmt_us(r['candidate_us']):>9} "
+            f"{sp:>8} {_fmt_us(r['compile_us']):>9} {tb:>6.2f} {r['sol']:>5.2f} "
+            f"{r['host_baseline_us']:>6.1f}/{_fmt_us(r['host_candidate_us']):>6}")
+    return "\n".join(lines)

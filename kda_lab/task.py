@@ -1,0 +1,238 @@
+"""Task folders: loading and validating ``task.toml`` and the folder contract (../shared/DESIGN.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kda_lab import ARCH_CAPABILITY, SGLANG_PIN
+from kda_lab.byte_model import ByteModel
+from kda_lab.families import FAMILY_FUNCTIONS
+from kda_lab.paths import kernels_dir
+from kda_lab.workloads import DTYPES, TensorSpec, Workload, parse_workload
+
+REQUIRED_FILES = (
+    "prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
+    "src/register.py", "tests/test_correctness.py",
+)
+TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes"}
+FUNCTION_KEYS = {"name", "sglang", "entry", "reads", "writes", "exact", "note"}
+
+
+class TaskError(ValueError):
+    """A task.toml or task folder that breaks the contract."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    sglang: str  # defining "module:function" in SGLang 0.5.23
+    entry: str  # the public entry point the harness calls (the facade)
+    byte_model: ByteModel
+    exact: bool = False  # candidate must match SGLang bit for bit (SGLang's roundings are the contract)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    slug: str
+    arch: str
+    family: str
+    title: str
+    path: Path
+    functions: dict[str, FunctionSpec]
+    tolerances: dict[str, Tolerance]
+    workloads: tuple[Workload, ...]
+    notes: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        return ARCH_CAPABILITY[self.arch]
+
+    @property
+    def src_dir(self) -> Path:
+        return self.path / "src"
+
+    def rows(self, names: list[str] | None = None, kinds: tuple[str, ...] = ("production", "test")) -> list[Workload]:
+        if names:
+            known = {w.name for w in self.workloads}
+            missing = [n for n in names if n not in known]
+            if missing:
+                raise TaskError(f"{self.slug}: unknown rows {missing}; see `kda tasks --rows {self.slug}`")
+            return [w for w in self.workloads if w.name in names]
+        return [w for w in self.workloads if w.kind in kinds]
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        if dtype not in self.tolerances:
+            raise TaskError(f"{self.slug}: no tolerance declared for {dtype}")
+        return self.tolerances[dtype]
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise TaskError(msg)
+
+
+def parse_task(raw: dict[str, Any], path: Path) -> Task:
+    where = f"{path / 'task.toml'}"
+    unknown = set(raw) - TOP_KEYS
+    _require(not unknown, f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("slug", "arch", "family", "functions", "tolerances", "workloads"):
+        _require(key in raw, f"{where}: missing {key!r}")
+    slug, arch, family = raw["slug"], raw["arch"], raw["family"]
+    _require(slug == path.name, f"{where}: slug {slug!r} differs from the folder name {path.name!r}")
+    _require(arch in ARCH_CAPABILITY, f"{where}: arch {arch!r} not in {sorted(ARCH_CAPABILITY)}")
+    _require(slug.startswith(f"{arch}_"), f"{where}: slug must start with the arch prefix {arch}_")
+    _require(raw.get("sglang_version", SGLANG_PIN) == SGLANG_PIN,
+             f"{where}: sglang_version must be the lab pin {SGLANG_PIN}")
+    allowed = FAMILY_FUNCTIONS.get(family)
+    functions: dict[str, FunctionSpec] = {}
+    for f in raw["functions"]:
+        bad = set(f) - FUNCTION_KEYS
+        _require(not bad, f"{where}: function {f.get('name')!r}: unknown keys {sorted(bad)}")
+        for key in ("name", "sglang", "entry", "reads", "writes"):
+            _require(key in f, f"{where}: function {f.get('name')!r}: missing {key!r}")
+        _require(":" in f["sglang"] and ":" in f["entry"], f"{where}: {f['name']}: sglang/entry must be 'module:function'")
+        if allowed is not None:
+            _require(f["name"] in allowed, f"{where}: {f['name']!r} is not a {family} function {allowed}")
+        functions[f["name"]] = FunctionSpec(
+            name=f["name"], sglang=f["sglang"], entry=f["entry"],
+            byte_model=ByteModel(tuple(f["reads"]), tuple(f["writes"])), exact=bool(f.get("exact", False)),
+            note=f.get("note", ""),
+        )
+    _require(bool(functions), f"{where}: no functions")
+    tolerances: dict[str, Tolerance] = {}
+    for dtype, tol in raw["tolerances"].items():
+        _require(dtype in DTYPES, f"{where}: tolerance for unknown dtype {dtype!r}")
+        _require({"atol", "rtol"} <= set(tol), f"{where}: tolerance {dtype} needs atol and rtol")
+        tolerances[dtype] = Tolerance(float(tol["atol"]), float(tol["rtol"]))
+    workloads: list[Workload] = []
+    for w in raw["workloads"]:
+        try:
+            wl = parse_workload(w)
+        except ValueError as e:
+            raise TaskError(f"{where}: {e}") from e
+        _require(wl.fn in functions, f"{where}: row {wl.name!r} names undeclared function {wl.fn!r}")
+        if wl.kind == "production":
+            _require(bool(wl.model and wl.preset and wl.source),
+                     f"{where}: production row {wl.name!r} needs model, preset and source (provenance)")
+        for name in functions[wl.fn].byte_model.reads + functions[wl.fn].byte_model.writes:
+            _require(name in wl.args, f"{where}: row {wl.name!r}: byte model names {name!r}, which the row lacks")
+        for spec in wl.tensor_specs().values():
+            if spec.dtype in ("float16", "bfloat16", "float32"):
+                _require(spec.dtype in tolerances, f"{where}: row {wl.name!r} uses {spec.dtype} without a tolerance")
+        workloads.append(wl)
+    names = [w.name for w in workloads]
+    dup = {n for n in names if names.count(n) > 1}
+    _require(not dup, f"{where}: duplicate row names {sorted(dup)}")
+    _require(any(w.kind == "production" for w in workloads), f"{where}: no production rows")
+    return Task(slug=slug, arch=arch, family=family, title=raw.get("title", slug), path=path, functions=functions,
+                tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), raw=raw)
+
+
+def resolve_task_dir(name: str | Path) -> Path:
+    p = Path(name)
+    if (p / "task.toml").exists():
+        return p.resolve()
+    cand = kernels_dir() / str(name)
+    if (cand / "task.toml").exists():
+        return cand
+    known = ", ".join(sorted(d.name for d in all_task_dirs())) or "none"
+    raise TaskError(f"no task {str(name)!r} (looked in {kernels_dir()}); known tasks: {known}")
+
+
+def load_task(name: str | Path) -> Task:
+    path = resolve_task_dir(name)
+    try:
+        raw = tomllib.loads((path / "task.toml").read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from e
+    return parse_task(raw, path)
+
+
+def all_task_dirs() -> list[Path]:
+    root = kernels_dir()
+    return sorted(p.parent for p in root.glob("*/task.toml")) if root.exists() else []
+
+
+def source_hash(src_dir: Path) -> str:
+    """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded."""
+    h = hashlib.sha256()
+    for p in sorted(src_dir.rglob("*")):
+        if p.is_dir() or "__pycache__" in p.parts or p.suffix in (".pyc", ".so", ".o") or "build" in p.parts:
+            continue
+        h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def load_candidate(task: Task) -> ModuleType:
+    """Import ``src/register.py`` under a private module name (importing must not need a GPU)."""
+    path = task.src_dir / "register.py"
+    name = f"_kda_candidate_{task.slug}"
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(task.src_dir)])
+    if spec is None or spec.loader is None:
+        raise TaskError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(task.src_dir))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(task.src_dir))
+    exports = getattr(module, "EXPORTS", None)
+    if not isinstance(exports, dict):
+        raise TaskError(f"{path}: must define EXPORTS = {{sglang_function_name: callable}}")
+    missing = set(task.functions) - set(exports)
+    extra = set(exports) - set(task.functions)
+    if missing or extra:
+        raise TaskError(f"{path}: EXPORTS keys must equal the task's functions (missing {sorted(missing)}, "
+                        f"unexpected {sorted(extra)})")
+    return module
+
+
+def validate_task_dir(path: Path) -> list[str]:
+    """Every contract check of one folder; returns problems (empty = valid)."""
+    from kda_lab import ledger  # local: ledger has no task dependency
+
+    problems: list[str] = []
+    path = Path(path)
+    for rel in REQUIRED_FILES:
+        if not (path / rel).exists():
+            problems.append(f"{path.name}: missing {rel}")
+    try:
+        task = load_task(path)
+    except TaskError as e:
+        return problems + [str(e)]
+    for spec_name, spec in ((w.name, s) for w in task.workloads for s in w.tensor_specs().values()):
+        if isinstance(spec, TensorSpec) and spec.dist == "const" and spec.mean == 0:
+            problems.append(f"{path.name}: row {spec_name}: all-zero inputs are not allowed")
+    prompt = (path / "prompt.md").read_text() if (path / "prompt.md").exists() else ""
+    other = {"h200": ("B200", "b200", "sm_100"), "b200": ("H200", "h200", "sm_90")}[task.arch]
+    leaked = [w for w in other if w in prompt]
+    if leaked:
+        problems.append(f"{path.name}: prompt.md of an {task.arch} task mentions {leaked}")
+    if (path / "benchmark.csv").exists():
+        problems += ledger.validate_benchmark_csv(path / "benchmark.csv")
+        problems += ledger.validate_against_git(path / "benchmark.csv")
+    if (path / "solutions.jsonl").exists():
+        problems += ledger.validate_solutions(path / "solutions.jsonl")
+        problems += ledger.validate_against_git(path / "solutions.jsonl")
+    if (path / "src/register.py").exists():
+        try:
+            load_candidate(task)
+        except Exception as e:  # noqa: BLE001 - any import failure is a contract problem to report
+            problems.append(f"{path.name}: src/register.py does not import cleanly: {type(e).__name__}: {e}")
+    return problems
