@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from kda_lab import ledger
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
+
+# Subcommands that live in their own modules (one job each); each defines register(subparsers).
+PLUGIN_COMMANDS: tuple[str, ...] = ()
 
 
 def _latest_status(task: Task) -> str:
@@ -146,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="GPU, nvcc, torch/triton/sglang/CuTe DSL, Claude Code, Humanize")
     d.set_defaults(func=cmd_doctor)
+
+    for module in PLUGIN_COMMANDS:  # each module adds its own subcommand(s): register(subparsers)
+        import_module(module).register(sub)
     return p
 
 
