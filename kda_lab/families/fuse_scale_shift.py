@@ -91,7 +91,9 @@ def residual_select01_oracle(a: Args) -> tuple[torch.Tensor, ...]:
 
 
 def _ln_ref(r, weight, bias, eps):
-    return torch.nn.functional.layer_norm(r.float(), r.shape[-1:], weight, bias, eps)
+    w = weight.float() if weight is not None else None
+    b = bias.float() if bias is not None else None
+    return torch.nn.functional.layer_norm(r.float(), r.shape[-1:], w, b, eps)
 
 
 def select01_reference(x, weight, bias, scale0, shift0, gate0, scale1, shift1, gate1, index, eps):
