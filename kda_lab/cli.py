@@ -11,7 +11,7 @@ from kda_lab import ledger
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ()
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp",)
 
 
 def _latest_status(task: Task) -> str:
@@ -170,6 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kda: {e}", file=sys.stderr)
             return 2
         raise
+
+
+def task_main(task_file: str, command: str) -> None:
+    """Entry point of a task folder's thin scripts: `kda <command> <that task> <forwarded flags>`."""
+    from pathlib import Path
+
+    sys.exit(main([command, Path(task_file).resolve().parent.name, *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

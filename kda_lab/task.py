@@ -219,6 +219,9 @@ def validate_task_dir(path: Path) -> list[str]:
     for spec_name, spec in ((w.name, s) for w in task.workloads for s in w.tensor_specs().values()):
         if isinstance(spec, TensorSpec) and spec.dist == "const" and spec.mean == 0:
             problems.append(f"{path.name}: row {spec_name}: all-zero inputs are not allowed")
+    from kda_lab.stamp import todo_markers
+
+    problems += todo_markers(path)
     prompt = (path / "prompt.md").read_text() if (path / "prompt.md").exists() else ""
     other = {"h200": ("B200", "b200", "sm_100"), "b200": ("H200", "h200", "sm_90")}[task.arch]
     leaked = [w for w in other if w in prompt]

@@ -125,3 +125,13 @@ FUNCTIONS = {
         torch_reference=residual_select01_reference, output_names=("y", "residual_out", "gate_out"),
     ),
 }
+
+# Byte models the stamper writes into task.toml: (reads, writes-like).
+BYTE_MODELS = {
+    "fuse_scale_shift_kernel": (("x", "scale", "shift"), ("x",)),
+    "fuse_layernorm_scale_shift_gate_select01_kernel": (
+        ("x", "weight", "bias", "scale0", "shift0", "gate0", "scale1", "shift1", "gate1", "index"), ("x", "x")),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": (
+        ("x", "residual", "residual_gate", "weight", "bias", "scale0", "shift0", "gate0", "scale1", "shift1", "gate1",
+         "index"), ("x", "x", "x")),
+}

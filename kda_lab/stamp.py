@@ -1,0 +1,222 @@
+"""`kda new-task`: generate a task folder from the template in kda_lab/templates/task (then edit it).
+
+What the stamper can know, it fills: arch facts, the family's functions with their SGLang 0.5.23 defining
+modules (read from the facade's export table), byte models the family module declares, the thin scaffolds,
+empty ledgers with the fixed header, the launcher, and production rows converted from a capture file
+(positional arguments named through the SGLang function's signature). What needs judgment is marked
+``TODO(stamp)``; `kda validate` rejects a folder until every marker is resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import shutil
+from importlib import import_module
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from kda_lab import ARCH_CAPABILITY, ledger
+from kda_lab.families import FAMILY_FUNCTIONS
+from kda_lab.paths import kernels_dir, repo_root
+from kda_lab.task import TaskError
+
+TEMPLATE_DIR = Path(__file__).parent / "templates" / "task"
+TODO = "TODO(stamp)"
+ARCH_FACTS = {
+    "h200": {
+        "gpu": "H200",
+        "gpu_facts": "H200 (compute capability 9.0, 132 SMs, 60 MB L2, measured copy ceiling ≈ 4.29 TB/s)",
+        "build_rule": "CUDA builds with `-gencode=arch=compute_90a,code=sm_90a` (TMA, clusters, wgmma available)",
+        "gpu_method": "Timings count only from the H200 box (docs/gpu-box.md: stage SGLang, run `scripts/gpu_box.sh`,\n"
+                      "bring the ledgers back through `$OUT`, commit them).",
+    },
+    "b200": {
+        "gpu": "B200",
+        "gpu_facts": "B200 (compute capability 10.0, 148 SMs; read L2 size and SM count off the device)",
+        "build_rule": "CUDA builds with `-gencode=arch=compute_100a,code=sm_100a`",
+        "gpu_method": "Timings need a B200 machine: this task validates and compile-checks on CPU, and its benchmark\n"
+                      "rows must come from a B200 (`kda bench` refuses any other GPU).",
+    },
+}
+CAPTURES_DIR_ENV = "KDA_CAPTURES_DIR"
+
+
+class StampError(TaskError):
+    pass
+
+
+def sglang_definition(fn: str) -> str:
+    """'module:function' where SGLang 0.5.23 defines ``fn`` (from the facade's lazy export table)."""
+    facade = import_module("sglang.kernels.ops.diffusion")
+    exports: dict[str, str] = facade._EXPORTS  # noqa: SLF001 - the facade's own table is the source of truth
+    if fn not in exports:
+        raise StampError(f"SGLang 0.5.23's facade does not export {fn!r}")
+    module = exports[fn]
+    return f"{module if module.startswith('sglang.') else f'sglang.kernels.ops.diffusion.{module}'}:{fn}"
+
+
+def _functions_toml(family: str) -> str:
+    out = []
+    try:
+        fam = import_module(f"kda_lab.families.{family}")
+        byte_models = getattr(fam, "BYTE_MODELS", {})
+    except ModuleNotFoundError:
+        byte_models = {}
+    for fn in FAMILY_FUNCTIONS[family]:
+        reads, writes = byte_models.get(fn, (None, None))
+        out.append("[[functions]]")
+        out.append(f'name = "{fn}"')
+        out.append(f'sglang = "{sglang_definition(fn)}"')
+        out.append(f'entry = "sglang.kernels.ops.diffusion:{fn}"')
+        out.append(f"reads = {json.dumps(list(reads))}" if reads else f'reads = []  # {TODO}: inputs read')
+        out.append(f"writes = {json.dumps(list(writes))}" if writes else f'writes = []  # {TODO}: outputs, by shape')
+        out.append("")
+    return "\n".join(out)
+
+
+def _spec_toml(value: dict[str, Any]) -> str:
+    dtype = str(value["dtype"]).removeprefix("torch.")
+    parts = [f"shape = {list(value['shape'])}", f'dtype = "{dtype}"']
+    if not value.get("contiguous", True):
+        parts.append(f"strides = {list(value['strides'])}")
+    if dtype in ("int32", "int64"):
+        parts += ['dist = "randint"', "low = 0", "high = 2"]
+        return "{ " + ", ".join(parts) + " }  # " + TODO + ": the valid index range"
+    return "{ " + ", ".join(parts) + " }"
+
+
+def _value_toml(value: Any) -> str:
+    if isinstance(value, dict) and "shape" in value:
+        return _spec_toml(value)
+    if value is None:
+        return "{ none = true }"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    return f'"{value}"  # {TODO}: not a tensor spec; convert'
+
+
+def rows_from_captures(path: Path, family: str) -> list[str]:
+    """task.toml [[workloads]] blocks for every captured call of this family's functions."""
+    blocks = []
+    names: set[str] = set()
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        cap = json.loads(line)
+        fn = cap["kernel"].split(".")[-1]
+        if fn not in FAMILY_FUNCTIONS[family]:
+            blocks.append(f"# {TODO}: {path.name}:{lineno} captured {cap['kernel']} (renamed since): map it by hand")
+            continue
+        module, _, name = sglang_definition(fn).partition(":")
+        params = list(inspect.signature(getattr(import_module(module), name)).parameters)
+        args = dict(zip(params, cap.get("args", []), strict=False))
+        args.update(cap.get("kwargs", {}))
+        tensors = [v for v in args.values() if isinstance(v, dict) and "shape" in v]
+        lead = "x".join(str(n) for n in tensors[0]["shape"]) if tensors else "scalar"
+        base = re.sub(r"[^a-z0-9]+", "_", f"{cap['model']}_{fn}_{lead}".lower()).strip("_")
+        row, k = base, 2
+        while row in names:
+            row, k = f"{base}_{k}", k + 1
+        names.add(row)
+        blocks.append("\n".join([
+            "[[workloads]]", f'name = "{row}"', f'fn = "{fn}"', 'kind = "production"',
+            f'model = "{cap["model"]}"  # {TODO}: the model\'s display name', f'preset = "{cap["model"]}"',
+            f'source = "captured:{path.name}:{lineno}"', "[workloads.args]",
+            *(f"{k} = {_value_toml(v)}" for k, v in args.items()), "",
+        ]))
+    return blocks
+
+
+def _production_table(blocks: list[str]) -> str:
+    rows = ["| row | model (preset) | source |", "|---|---|---|"]
+    for b in blocks:
+        m = dict(re.findall(r'^(name|preset|source) = "([^"]*)"', b, flags=re.M))
+        if m:
+            rows.append(f"| {m['name']} | {m['preset']} | {m['source']} |")
+    if len(rows) == 2:
+        rows.append(f"| {TODO}: production rows | | |")
+    return "\n".join(rows) + f"\n\n{TODO}: describe the test rows (tails, odd sizes, strided views, positions)."
+
+
+def new_task(slug: str, family: str, title: str = "", captures: Path | None = None, force: bool = False) -> Path:
+    arch = slug.split("_", 1)[0]
+    if arch not in ARCH_CAPABILITY:
+        raise StampError(f"slug must start with an arch prefix ({', '.join(ARCH_CAPABILITY)}): {slug!r}")
+    if family not in FAMILY_FUNCTIONS:
+        raise StampError(f"unknown family {family!r}; known: {', '.join(FAMILY_FUNCTIONS)}")
+    dest = kernels_dir() / slug
+    if dest.exists() and not force:
+        raise StampError(f"{dest} exists (use --force to overwrite the scaffolds; ledgers are never touched)")
+    blocks = rows_from_captures(captures, family) if captures else [f"# {TODO}: production rows (captures or derived)"]
+    facts = ARCH_FACTS[arch]
+    fns = FAMILY_FUNCTIONS[family]
+    values = {
+        "slug": slug, "arch": arch, "family": family, "title": title or f"{family} kernels",
+        "functions": _functions_toml(family), "workloads": "\n".join(blocks),
+        "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | `sglang.kernels.ops.diffusion.{fn}` |"
+                                    for fn in fns),
+        "function_names": ", ".join(f"`{fn}`" for fn in fns),
+        "production_table": _production_table(blocks),
+        "exports": "".join(f'    "{fn}": _facade.{fn},\n' for fn in fns),
+        **facts,
+    }
+    for src in TEMPLATE_DIR.rglob("*"):
+        if src.is_dir() or "__pycache__" in src.parts:
+            continue
+        rel = src.relative_to(TEMPLATE_DIR)
+        out = dest / (str(rel)[: -len(".tmpl")] if src.suffix == ".tmpl" else rel)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.suffix == ".tmpl":
+            out.write_text(Template(src.read_text()).substitute(values))
+        else:
+            shutil.copyfile(src, out)
+    if not (dest / ledger.BENCHMARK_FILE).exists():
+        (dest / ledger.BENCHMARK_FILE).write_text(",".join(ledger.BENCHMARK_COLUMNS) + "\n")
+    (dest / ledger.SOLUTIONS_FILE).touch()
+    for sub in ("docs", "profile", "ncu"):
+        (dest / sub).mkdir(exist_ok=True)
+        (dest / sub / ".gitkeep").touch()
+    try:
+        from kda_lab.launchers import write_launcher
+
+        write_launcher(repo_root(), slug)
+    except ImportError:  # launchers are optional for the stamper's own tests
+        pass
+    return dest
+
+
+def todo_markers(task_dir: Path) -> list[str]:
+    """Unresolved stamp markers in a task folder's hand-edited files."""
+    found = []
+    for name in ("prompt.md", "interface.md", "task.toml", "src/register.py"):
+        p = task_dir / name
+        if p.exists():
+            for i, line in enumerate(p.read_text().splitlines(), start=1):
+                if TODO in line:
+                    found.append(f"{task_dir.name}/{name}:{i}: unresolved {TODO}")
+    return found
+
+
+def cmd_new_task(args: argparse.Namespace) -> int:
+    captures = Path(args.captures) if args.captures else None
+    if captures and not captures.exists():
+        raise StampError(f"no capture file {captures}")
+    dest = new_task(args.slug, args.family, args.title or "", captures, args.force)
+    print(f"stamped {dest}")
+    print("next: edit prompt.md / task.toml (resolve every TODO(stamp)), write kda_lab/families/"
+          f"{args.family}.py if missing, then `kda validate {args.slug}`")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("new-task", help="generate a task folder from the template (then edit it)")
+    p.add_argument("slug", help="<arch>_<name>, e.g. h200_diffusion_norm_infer__multi_shape")
+    p.add_argument("--family", required=True, choices=sorted(FAMILY_FUNCTIONS))
+    p.add_argument("--title", help="one line for prompt.md and task.toml")
+    p.add_argument("--captures", help="a captured-shapes .jsonl to turn into production rows (never committed)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing folder's scaffolds")
+    p.set_defaults(func=cmd_new_task)
