@@ -198,10 +198,12 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
 
 def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, trials: int = 20,
               seed: int | None = None, compile_peer: bool = True, record: bool = True,
-              include_test_rows: bool = False, allow_other_arch: bool = False,
+              include_test_rows: bool = False, allow_other_arch: bool = False, supersedes: str | None = None,
               show: Callable[[str], None] = print) -> list[dict[str, Any]]:
     if mode not in ledger.BENCHMARK_MODES:
         raise TaskError(f"mode {mode!r} not in {ledger.BENCHMARK_MODES}")
+    if supersedes and supersedes not in {r["run_id"] for r in ledger.read_benchmark_rows(task.path)}:
+        raise TaskError(f"--supersedes {supersedes}: no such run in {task.slug}/benchmark.csv")
     device = cuda_device(task, allow_other_arch)
     cand = candidate_identity(task, register=record)
     seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
@@ -214,7 +216,7 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
         row = bench_row(task, w, cand, mode, trials, seed, compile_peer, device)
         row.update(run_id=run_id, task=task.slug, arch=env["arch"], mode=mode,
                    candidate_id="baseline" if mode != "bench" else cand.id, source_hash=cand.source_hash,
-                   **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"])
+                   **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"], supersedes=supersedes or "")
         out.append(row)
     summary = ledger.summarize_run(out)
     show(format_table(out, mode))
