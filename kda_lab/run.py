@@ -165,6 +165,9 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
     elif mode == "aa":
         impls["candidate"] = resolve_entry(spec.entry)  # the same baseline, captured and timed as a second side
     if compile_peer and c.torch_reference is not None and mode != "aa":
+        # A fresh dynamo cache per row: the reference's code object is shared across rows, and past
+        # dynamo's recompile limit (8) torch.compile silently falls back to eager.
+        torch._dynamo.reset()
         impls["compile"] = torch.compile(c.torch_reference, dynamic=False)
     nbytes = spec.byte_model.bytes(w)
     with torch.no_grad():
