@@ -65,6 +65,12 @@ STALL_FAMILIES: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "cycles"),
 )
 NOT_STALLS = {"selected"}  # "selected" is the issuing state, not a stall
+STALL_LEGEND = {
+    "pc samples": "share of PC samples (smsp__pcsamp_warps_issue_stalled_*)",
+    "cycles per issued instruction": "warp cycles per issued instruction "
+                                     "(smsp__average_warps_issue_stalled_*_per_issue_active.ratio)",
+    "warp latency": "average warp latency in cycles (smsp__average_warp_latency_issue_stalled_*)",
+}
 
 # `--page details`: (section, human metric name) -> raw metric name.
 DETAILS_NAMES: dict[tuple[str, str], str] = {
@@ -446,10 +452,10 @@ def render_digest(info: DigestInput, impls: dict[str, list[Kernel]]) -> str:
             out.append(f"| {i} | `{name}` | {k.grid or '?'} / {k.block or '?'} | {_f(k.duration_us, '.2f')} | "
                        f"{_f(k.get(DRAM_PCT))} | {_f(k.dram_tbps, '.2f')} | {_f(k.get(SM_PCT))} | {occ} | "
                        f"{_f(k.get(REGISTERS), '.0f')} | {_local(k)} | {_stall_text(k)} |")
-        fam = main_kernel(kernels)
-        if fam is not None and fam.stalls()[0]:
-            out.append("")
-            out.append(f"Stall reasons: {fam.stalls()[0]} ({fam.stalls()[1]}), largest first.")
+        mk = main_kernel(kernels)
+        family = mk.stalls()[0] if mk is not None else ""
+        if family:
+            out += ["", f"Top stalls: {STALL_LEGEND[family]}, largest first; `selected` (issuing) is not a stall."]
         out.append("")
 
     out += ["## Suggested next step", ""]

@@ -152,6 +152,12 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     if dest.exists() and not force:
         raise StampError(f"{dest} exists (use --force to overwrite the scaffolds; ledgers are never touched)")
     blocks = rows_from_captures(captures, family) if captures else [f"# {TODO}: production rows (captures or derived)"]
+    production_table = _production_table(blocks)
+    try:
+        test_rows = getattr(import_module(f"kda_lab.families.{family}"), "TEST_ROWS", "")
+    except ModuleNotFoundError:
+        test_rows = ""
+    blocks.append(test_rows.strip() + "\n" if test_rows else f"# {TODO}: test rows (tails, odd sizes, strided views)")
     facts = ARCH_FACTS[arch]
     fns = FAMILY_FUNCTIONS[family]
     values = {
@@ -160,7 +166,7 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
         "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | `sglang.kernels.ops.diffusion.{fn}` |"
                                     for fn in fns),
         "function_names": ", ".join(f"`{fn}`" for fn in fns),
-        "production_table": _production_table(blocks),
+        "production_table": production_table,
         "exports": "".join(f'    "{fn}": _facade.{fn},\n' for fn in fns),
         **facts,
     }

@@ -14,6 +14,7 @@ from kda_lab.families.base import FunctionContract
 FAMILIES: tuple[str, ...] = (
     "qknorm_rope", "norm_infer", "group_norm_silu", "rotary_embedding",
     "fuse_scale_shift", "norm_tanh_mul_add", "norm_scale_shift",
+    "int8_scaled_mm", "mha",  # the single-shape reference tasks (not diffusion kernels; no facade entry)
 )
 
 # SGLang 0.5.23 functions per family (../shared/DESIGN.md).
@@ -29,6 +30,9 @@ FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     ),
     "norm_tanh_mul_add": ("rmsnorm_scale", "rmsnorm_tanh_residual"),
     "norm_scale_shift": ("fused_norm_scale_shift", "fused_scale_residual_norm_scale_shift"),
+    # Reference tasks: the function names are the lab's (their baselines live in kda_lab/baselines.py).
+    "int8_scaled_mm": ("int8_scaled_mm",),
+    "mha": ("mha_forward",),
 }
 
 

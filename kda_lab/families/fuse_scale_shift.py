@@ -135,3 +135,156 @@ BYTE_MODELS = {
         ("x", "residual", "residual_gate", "weight", "bias", "scale0", "shift0", "gate0", "scale1", "shift1", "gate1",
          "index"), ("x", "x", "x")),
 }
+
+
+# Test rows the stamper writes into every task of this family (tails, odd sizes, chunk views, 0-D/4-D
+# modulation, fp16, numerics rows that catch a wrong eps and single-pass variance).
+TEST_ROWS = """
+[[workloads]]
+name = "test_tail_bc_modulation"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: [B,C] scale/shift broadcast over L, odd L and C, scale_constant 1"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 37, 200], dtype = "bfloat16" }
+scale = { shape = [2, 200], dtype = "bfloat16" }
+shift = { shape = [2, 200], dtype = "bfloat16" }
+scale_constant = 1.0
+
+[[workloads]]
+name = "test_per_token_fp32_chunk_view"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: Wan-style fp32 per-token scale as a strided chunk of [B,L,6,C], at chunk 2"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 33, 96], dtype = "bfloat16" }
+scale = { shape = [1, 33, 96], dtype = "float32", strides = [19008, 576, 1], offset = 192 }
+shift = { shape = [1, 33, 96], dtype = "bfloat16" }
+scale_constant = 0.0
+
+[[workloads]]
+name = "test_scalar_scale"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: 0-D scale, [1,1,C] shift"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 16, 64], dtype = "bfloat16" }
+scale = { shape = [], dtype = "bfloat16" }
+shift = { shape = [1, 1, 64], dtype = "bfloat16" }
+scale_constant = 1.0
+
+[[workloads]]
+name = "test_per_frame_4d_scale"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: causal-video [B,F,1,C] per-frame scale with per-token shift"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 24, 128], dtype = "bfloat16" }
+scale = { shape = [2, 3, 1, 128], dtype = "bfloat16" }
+shift = { shape = [2, 24, 128], dtype = "bfloat16" }
+scale_constant = 1.0
+
+[[workloads]]
+name = "test_one_token"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: a single token"
+[workloads.args]
+x = { shape = [1, 1, 3072], dtype = "bfloat16" }
+scale = { shape = [1, 1, 3072], dtype = "bfloat16" }
+shift = { shape = [1, 1, 3072], dtype = "bfloat16" }
+scale_constant = 0.0
+
+[[workloads]]
+name = "test_fp16_odd_c"
+fn = "fuse_scale_shift_kernel"
+kind = "test"
+source = "test: fp16, C not a multiple of 8, batch 3"
+[workloads.args]
+x = { shape = [3, 129, 1000], dtype = "float16" }
+scale = { shape = [3, 1, 1000], dtype = "float16" }
+shift = { shape = [3, 129, 1000], dtype = "float16" }
+scale_constant = 1.0
+
+[[workloads]]
+name = "test_ln_select01_tail_affine"
+fn = "fuse_layernorm_scale_shift_gate_select01_kernel"
+kind = "test"
+source = "test: odd C with weight and bias, batch 2"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 19, 200], dtype = "bfloat16" }
+weight = { shape = [200], dtype = "bfloat16" }
+bias = { shape = [200], dtype = "bfloat16" }
+scale0 = { shape = [2, 200], dtype = "bfloat16" }
+shift0 = { shape = [2, 200], dtype = "bfloat16" }
+gate0 = { shape = [2, 200], dtype = "bfloat16" }
+scale1 = { shape = [2, 200], dtype = "bfloat16" }
+shift1 = { shape = [2, 200], dtype = "bfloat16" }
+gate1 = { shape = [2, 200], dtype = "bfloat16" }
+index = { shape = [2, 19], dtype = "int64", dist = "randint", low = 0, high = 2 }
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_select01_tiny_spread"
+fn = "fuse_layernorm_scale_shift_gate_select01_kernel"
+kind = "test"
+source = "test: variance near eps (catches a wrong eps)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 8, 256], dtype = "float32", std = 1e-3 }
+weight = { none = true }
+bias = { none = true }
+scale0 = { shape = [1, 256], dtype = "float32" }
+shift0 = { shape = [1, 256], dtype = "float32" }
+gate0 = { shape = [1, 256], dtype = "float32" }
+scale1 = { shape = [1, 256], dtype = "float32" }
+shift1 = { shape = [1, 256], dtype = "float32" }
+gate1 = { shape = [1, 256], dtype = "float32" }
+index = { shape = [1, 8], dtype = "int32", dist = "randint", low = 0, high = 2 }
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_select01_offset"
+fn = "fuse_layernorm_scale_shift_gate_select01_kernel"
+kind = "test"
+source = "test: mean 300, std 1 in fp32 (catches E[x^2]-mean^2 and low-precision accumulation)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 16, 3072], dtype = "float32", mean = 300.0 }
+weight = { none = true }
+bias = { none = true }
+scale0 = { shape = [1, 3072], dtype = "float32" }
+shift0 = { shape = [1, 3072], dtype = "float32" }
+gate0 = { shape = [1, 3072], dtype = "float32" }
+scale1 = { shape = [1, 3072], dtype = "float32" }
+shift1 = { shape = [1, 3072], dtype = "float32" }
+gate1 = { shape = [1, 3072], dtype = "float32" }
+index = { shape = [1, 16], dtype = "int32", dist = "randint", low = 0, high = 2 }
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_select01_tail"
+fn = "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
+kind = "test"
+source = "test: odd C, weight only, batch 2"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 11, 200], dtype = "bfloat16" }
+residual = { shape = [2, 11, 200], dtype = "bfloat16" }
+residual_gate = { shape = [2, 11, 200], dtype = "bfloat16" }
+weight = { shape = [200], dtype = "bfloat16" }
+bias = { none = true }
+scale0 = { shape = [2, 200], dtype = "bfloat16" }
+shift0 = { shape = [2, 200], dtype = "bfloat16" }
+gate0 = { shape = [2, 200], dtype = "bfloat16" }
+scale1 = { shape = [2, 200], dtype = "bfloat16" }
+shift1 = { shape = [2, 200], dtype = "bfloat16" }
+gate1 = { shape = [2, 200], dtype = "bfloat16" }
+index = { shape = [2, 11], dtype = "int32", dist = "randint", low = 0, high = 2 }
+eps = 1e-6
+"""
