@@ -348,7 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--allow-other-arch", action="store_true")
     a = p.parse_args(argv)
-    launch(a.launch, a.row, a.impl, a.seed, a.warmup, a.allow_other_arch)
+    from kda_lab.run import RunError
+    from kda_lab.task import TaskError
+
+    try:
+        launch(a.launch, a.row, a.impl, a.seed, a.warmup, a.allow_other_arch)
+    except (RunError, TaskError) as e:
+        print(f"kda profile launch: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -367,7 +367,7 @@ def task_section(t: TaskReport) -> str:
     head, kind = t.headline()
     if not t.runs:
         out += ["**No GPU measurements in benchmark.csv yet**: nothing to plot. Run `kda bench "
-                f"{t.slug} --aa` and `kda bench {t.slug}` on the GPU box (docs/gpu-box.md).", ""]
+                f"{t.slug} --aa` and `kda bench {t.slug}` on an {t.arch.upper()} (docs/gpu-box.md).", ""]
     else:
         out += ["| | |", "|---|---|"]
         if head is not None:

@@ -24,6 +24,7 @@ from kda_lab.correctness import RowResult, check_row
 from kda_lab.env import capture
 from kda_lab.families import contract
 from kda_lab.inputs import make_inputs, rotation_count
+from kda_lab.notify import notify
 from kda_lab.paths import repo_root
 from kda_lab.progress import progress
 from kda_lab.stats import aa_spread
@@ -139,6 +140,8 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
             evidence={"run_id": run_id, "passed": len(report.passed("candidate")),
                       "failed": len(report.failed("candidate"))},
             git_commit=env["git_commit"], command=env["command"], note=note)
+    notify("check", {"task": task.slug, "candidate": cand.id, "passed": cand_ok,
+                     "failed_rows": sorted({r.row for r in report.failed("candidate")}), "baseline_off_oracle": base_bad})
     return report
 
 
@@ -239,6 +242,9 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
                 evidence={"run_id": run_id, "geomean": summary["geomean"], "worst": summary["worst"]},
                 git_commit=env["git_commit"], command=env["command"], note=f"{summary['n_rows']} production rows")
         show(f"recorded run {run_id} in {task.path.name}/benchmark.csv")
+    notify("bench", {"task": task.slug, "mode": mode, "run_id": run_id, "candidate": cand.id,
+                     "geomean": summary["geomean"], "worst": summary["worst"], "worst_row": summary["worst_row"],
+                     "gpu": env["gpu_name"]})
     return out
 
 

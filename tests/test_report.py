@@ -1,0 +1,299 @@
+"""`kda report`: leaderboard, plots and README task table from the ledgers only; `--check` for staleness.
+
+The real repository is checked as it stands (test_readme_table_is_current, test_leaderboard_is_current).
+Everything else runs on temporary lab roots: copies of the real ledgers, or synthetic ledgers appended with
+the harness's own ledger writer (so hash chains and the schema are the real ones).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kda_lab import ledger, report
+from kda_lab.task import load_task
+from tests.conftest import FSS, REPO
+
+README_TEXT = (
+    "# Lab\n\nintro\n\n## Tasks\n\n"
+    f"{report.START_MARKER}\n| old table |\n{report.END_MARKER}\n\n## After\n\ntext kept as is\n"
+)
+ENV = {
+    "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "driver": "580.159.04", "torch": "2.11.0+cu130",
+    "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23", "git_commit": "0" * 40, "git_dirty": "0",
+    "command": "kda bench synthetic",
+}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def lab_root(tmp_path: Path, *, real_ledgers: bool) -> Path:
+    """A lab root with the fuse_scale_shift task, order.txt, a README with markers and an empty docs/."""
+    root = tmp_path / "lab"
+    (root / "kernels").mkdir(parents=True)
+    (root / "kda_lab").mkdir()
+    (root / "docs").mkdir()
+    (root / "scripts" / "launch_kernels").mkdir(parents=True)
+    order = REPO / report.ORDER_FILE
+    if order.exists():
+        shutil.copy(order, root / report.ORDER_FILE)
+    task = root / "kernels" / FSS
+    task.mkdir()
+    shutil.copy(REPO / "kernels" / FSS / "task.toml", task / "task.toml")
+    if real_ledgers:
+        for name in (ledger.BENCHMARK_FILE, ledger.SOLUTIONS_FILE):
+            shutil.copy(REPO / "kernels" / FSS / name, task / name)
+    (root / "README.md").write_text(README_TEXT)
+    return root
+
+
+def bench_rows(task_dir: Path, *, run_id: str, mode: str, cand: str, factors: dict[str, float] | float,
+               ts: str, compile_factor: float | None = 1.1, supersedes: str = "", arch: str = "h200",
+               gpu: str = "NVIDIA H200") -> list[dict]:
+    """Synthetic ledger rows for every production row: candidate = SGLang time / factor."""
+    t = load_task(task_dir)
+    rows = []
+    for w in t.workloads:
+        if w.kind != "production":
+            continue
+        nbytes = t.functions[w.fn].byte_model.bytes(w)
+        base = 2.0 + nbytes / 4.0e6  # µs: ~4 TB/s plus 2 µs launch
+        f = factors if isinstance(factors, float) else factors.get(w.name, 1.0)
+        cand_us = base / f if mode != "baseline-only" else None
+        measured = cand_us or base
+        copy_us = 2.0 + nbytes / 4.2e6
+        comp = base * compile_factor if compile_factor else None
+        rows.append({
+            "ts": ts, "run_id": run_id, "task": FSS, "arch": arch, "mode": mode,
+            "candidate_id": cand if mode == "bench" else "baseline", "source_hash": f"{cand}hash".ljust(16, "0"),
+            "function": w.fn, "row": w.name, "row_kind": "production", "model": w.model, "preset": w.preset,
+            "dtype": w.primary().dtype, "shape": w.shape_signature(), "bytes": nbytes,
+            "baseline_us": base, "baseline_p10_us": base * 0.99, "baseline_p90_us": base * 1.01,
+            "candidate_us": cand_us, "speedup": base / cand_us if cand_us else None,
+            "compile_us": comp, "speedup_vs_compile": comp / measured if comp else None,
+            "copy_us": copy_us, "sol": copy_us / measured,
+            "candidate_tbps": nbytes / cand_us / 1e6 if cand_us else None, "baseline_tbps": nbytes / base / 1e6,
+            "host_baseline_us": 30.0, "host_candidate_us": 25.0 if cand_us else None, "trials": 15,
+            "input_sets": 2, "seed": 1, **ENV, "gpu_name": gpu, "supersedes": supersedes,
+        })
+    return rows
+
+
+def solution(task_dir: Path, cid: str, status: str, event: str, ts: str, parent: str | None = None,
+             evidence: dict | None = None) -> None:
+    ledger.append_solution(task_dir, ts=ts, id=cid, parent=parent, status=status, event=event,
+                           source_hash=f"{cid}hash".ljust(16, "0"), arch="h200", gpu="NVIDIA H200",
+                           evidence=evidence or {}, git_commit="0" * 40, command="kda synthetic", note="")
+
+
+def synthetic_history(task_dir: Path) -> None:
+    """A/A, baseline-only, then candidates c001 (1.30x), c002 (1.20x, promoted), c003 (0.9x), a superseded
+    bench run of c003 that claimed 3x, and a CPU-only row that must be ignored."""
+    solution(task_dir, "c000", "baseline", "register", "2026-11-20T10:00:00Z")
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-aa", mode="aa", cand="c000",
+                                                      factors={"qwen_muladd_L19": 1.004, "qwen_muladd_L47": 0.997},
+                                                      ts="2026-11-20T10:05:00Z", compile_factor=None))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-base", mode="baseline-only", cand="c000",
+                                                      factors=1.0, ts="2026-11-20T10:10:00Z"))
+    solution(task_dir, "c001", "proposed", "register", "2026-11-21T09:00:00Z", parent="c000")
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c001", mode="bench", cand="c001",
+                                                      factors=1.3, ts="2026-11-21T09:30:00Z"))
+    solution(task_dir, "c001", "benchmarked", "bench", "2026-11-21T09:31:00Z", evidence={"run_id": "r-c001"})
+    solution(task_dir, "c002", "proposed", "register", "2026-11-22T09:00:00Z", parent="c001")
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c002", mode="bench", cand="c002",
+                                                      factors={"qwen_muladd_L19": 0.98}, ts="2026-11-22T09:30:00Z"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c002b", mode="bench", cand="c002",
+                                                      factors=1.2, ts="2026-11-22T11:30:00Z"))
+    solution(task_dir, "c002", "promoted", "promote", "2026-11-22T12:00:00Z", evidence={"run_id": "r-c002b"})
+    solution(task_dir, "c003", "proposed", "register", "2026-11-23T09:00:00Z", parent="c002")
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c003-bad", mode="bench", cand="c003",
+                                                      factors=3.0, ts="2026-11-23T09:30:00Z"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c003", mode="bench", cand="c003",
+                                                      factors=0.9, ts="2026-11-23T10:30:00Z",
+                                                      supersedes="r-c003-bad"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-cpu", mode="bench", cand="c003",
+                                                      factors=5.0, ts="2026-11-23T11:00:00Z", arch="cpu",
+                                                      gpu="cpu"))
+
+
+def task_report(root: Path) -> report.TaskReport:
+    (t,) = report.collect(root)
+    return t
+
+
+# ------------------------------------------------------------------------------------------------ real repo
+
+def test_leaderboard_is_current() -> None:
+    stale = [s for s in report.check(REPO) if s != "README.md"]
+    assert not stale, f"stale: {stale}; run `kda report` and commit docs/leaderboard.md and docs/plots/"
+
+
+def test_readme_table_is_current() -> None:
+    text = (REPO / "README.md").read_text() if (REPO / "README.md").exists() else ""
+    if report.splice_readme(text, "") is None:
+        pytest.skip("README.md has no kda:tasks markers yet")
+    assert "README.md" not in report.check(REPO), "README task table is stale: run `kda report` and commit README.md"
+
+
+def test_check_through_the_cli_on_the_repo() -> None:
+    from kda_lab.cli import main
+
+    assert main(["report", "--check"]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ staleness
+
+def test_check_detects_an_appended_run_and_report_fixes_it(tmp_path: Path, capsys) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    assert set(report.check(root)) >= {"README.md", "docs/leaderboard.md"}  # never written yet
+    report.write(root)
+    assert report.check(root) == []
+    assert report.main(["--check", "--root", str(root)]) == 0
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-extra-aa", mode="aa", cand="c000",
+                                                      factors={"qwen_muladd_L19": 1.02}, ts="2026-12-01T00:00:00Z",
+                                                      compile_factor=None))
+    assert set(report.check(root)) == {"README.md", "docs/leaderboard.md"}
+    capsys.readouterr()
+    assert report.main(["--check", "--root", str(root)]) == 1
+    assert "stale" in capsys.readouterr().err
+    report.write(root, plots=False)
+    assert report.check(root) == []
+    assert "r-extra-aa" in (root / report.LEADERBOARD).read_text()
+
+
+def test_missing_plot_is_stale(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    report.write(root)
+    (root / report.PLOTS / FSS / "tbps.png").unlink()
+    assert report.check(root) == [f"docs/plots/{FSS}/tbps.png"]
+
+
+def test_output_is_deterministic_and_readme_outside_markers_is_kept(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    report.write(root, plots=False)
+    first = (root / report.LEADERBOARD).read_text(), (root / "README.md").read_text()
+    report.write(root, plots=False)
+    assert ((root / report.LEADERBOARD).read_text(), (root / "README.md").read_text()) == first
+    readme = first[1]
+    assert readme.startswith("# Lab\n\nintro\n\n## Tasks\n\n" + report.START_MARKER + "\n| task | arch |")
+    assert readme.endswith(report.END_MARKER + "\n\n## After\n\ntext kept as is\n")
+    assert "| old table |" not in readme
+
+
+def test_readme_without_markers_is_left_alone(tmp_path: Path, capsys) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    (root / "README.md").write_text("# Lab\n\nno markers here\n")
+    report.write(root, plots=False)
+    assert (root / "README.md").read_text() == "# Lab\n\nno markers here\n"
+    assert [s for s in report.check(root) if not s.endswith(".png")] == []
+    report.write(root)
+    assert report.main(["--check", "--root", str(root)]) == 0
+    assert "no <!-- kda:tasks:start -->" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ content
+
+def test_promoted_candidate_is_the_headline_and_superseded_runs_are_dropped(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    synthetic_history(root / "kernels" / FSS)
+    t = task_report(root)
+    run_ids = [r.run_id for r in t.runs]
+    assert "r-c003-bad" not in run_ids and "r-cpu" not in run_ids
+    assert ("r-c003-bad", "r-c003") in t.superseded and t.ignored_rows == 15
+    head, kind = t.headline()
+    assert (head.run_id, head.candidate_id, kind) == ("r-c002b", "c002", "promoted")
+    assert head.geomean == pytest.approx(1.2)
+    assert t.status == "promoted c002"
+    assert t.latest_aa.run_id == "r-aa"
+    best = {c.id: (c.best.geomean if c.best else None) for c in t.lineage}
+    assert best["c001"] == pytest.approx(1.3) and best["c003"] == pytest.approx(0.9) and best["c000"] is None
+
+    report.write(root)
+    lb = (root / report.LEADERBOARD).read_text()
+    assert "candidate **c002** (promoted), run `r-c002b`, 2026-11-22, NVIDIA H200" in lb
+    assert "| geomean vs SGLang | **1.200×** over 15 production rows |" in lb
+    assert "| geomean vs torch.compile | 1.320×" in lb  # compile 1.1x SGLang, candidate 1.2x
+    assert "Superseded: `r-c003-bad` by `r-c003`." in lb
+    assert "15 ledger rows measured on a CPU or another architecture are not shown." in lb
+    assert "3.000×" not in lb and "5.000×" not in lb
+    assert "A/A 1.0000" in lb or "A/A 1.000" in lb
+    readme = (root / "README.md").read_text()
+    assert f"| [{FSS}](kernels/{FSS}/) | h200 | fuse_scale_shift | promoted c002 | 1.200× (c002) |" in readme
+    for name in ("speedup.png", "tbps.png", "lineage.png"):
+        png = root / report.PLOTS / FSS / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+        assert f"(plots/{FSS}/{name})" in lb
+
+
+def test_best_benchmarked_is_the_headline_when_nothing_is_promoted(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r1", mode="bench", cand="c001",
+                                                      factors={"qwen_muladd_L19": 0.95}, ts="2026-11-21T09:00:00Z"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r2", mode="bench", cand="c002", factors=1.1,
+                                                      ts="2026-11-22T09:00:00Z", compile_factor=None))
+    t = task_report(root)
+    head, kind = t.headline()
+    assert (head.run_id, kind) == ("r2", "best benchmarked, not promoted")
+    assert t.status == "benchmarked (best c002)"
+    lb = report.render_leaderboard([t])
+    assert "| vs torch.compile | not measured in this run |" in lb
+    worst = report.collect(root)[0].bench_runs[0].summary()
+    assert worst["worst_row"] == "qwen_muladd_L19" and worst["worst"] == pytest.approx(0.95)
+
+
+def test_task_without_gpu_rows_says_so_and_draws_nothing(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-cpu", mode="bench", cand="c001",
+                                                      factors=2.0, ts="2026-11-21T09:00:00Z", arch="cpu", gpu="cpu"))
+    stale_png = root / report.PLOTS / FSS / "speedup.png"
+    stale_png.parent.mkdir(parents=True)
+    stale_png.write_bytes(b"old")
+    written, _ = report.write(root)
+    lb = (root / report.LEADERBOARD).read_text()
+    assert "**No GPU measurements in benchmark.csv yet**: nothing to plot." in lb
+    assert not (root / report.PLOTS / FSS).exists()  # the stale plot was removed with its folder
+    assert not [p for p in written if p.suffix == ".png"]
+    t = task_report(root)
+    assert report.plot_names(t) == [] and t.status == "no runs yet"
+    assert "| no runs yet | – | – | – | – |" in (root / "README.md").read_text()
+
+
+def test_launcher_numbers_come_from_order_txt(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    (root / report.ORDER_FILE).write_text("a\nb\n" + FSS + "\n")
+    assert task_report(root).launcher == "k03"
+    (root / report.ORDER_FILE).unlink()
+    assert task_report(root).launcher == ""
+
+
+def test_aa_spread_and_sol_cells(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    synthetic_history(root / "kernels" / FSS)
+    t = task_report(root)
+    spread = t.latest_aa.aa()
+    assert spread["max_dev"] == pytest.approx(0.004)
+    assert report._aa_text(t) == f"{spread['geomean']:.4f}, max 0.40%"
+    head, _ = t.headline()
+    sols = head.large_sol()
+    assert sols and all(b >= report.LARGE_ROW_BYTES for b in
+                        (r["bytes"] for r in head.rows if r["row"] in dict(sols)))
+    lo, hi = min(v for _, v in sols), max(v for _, v in sols)
+    assert report._sol_text(head) == f"{lo:.2f}–{hi:.2f}!"
+
+
+def test_unreadable_task_toml_is_reported_not_fatal(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=True)
+    broken = root / "kernels" / "h200_broken__x"
+    broken.mkdir()
+    (broken / "task.toml").write_text("slug = [unclosed\n")
+    report.write(root)
+    by_slug = {t.slug: t for t in report.collect(root)}
+    assert by_slug["h200_broken__x"].status == "invalid task.toml"
+    assert "**task.toml unreadable:" in (root / report.LEADERBOARD).read_text()
+    assert not (root / report.PLOTS / "h200_broken__x").exists()
+    assert report.check(root) == []
