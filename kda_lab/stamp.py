@@ -59,6 +59,20 @@ def sglang_definition(fn: str) -> str:
     return f"{module if module.startswith('sglang.') else f'sglang.kernels.ops.diffusion.{module}'}:{fn}"
 
 
+def sglang_parameters(fn: str) -> list[str]:
+    """Parameter names of SGLang's own definition of ``fn``, read from its source: on a CPU host the module
+    attribute may be a ``(*args, **kwargs)`` fallback chosen by ``select_impl`` at import."""
+    import ast
+
+    module, _, name = sglang_definition(fn).partition(":")
+    tree = ast.parse(inspect.getsource(import_module(module)))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            a = node.args
+            return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    raise StampError(f"{module} defines no function {name}")
+
+
 def _functions_toml(family: str) -> str:
     out = []
     try:
@@ -111,8 +125,7 @@ def rows_from_captures(path: Path, family: str) -> list[str]:
         if fn not in FAMILY_FUNCTIONS[family]:
             blocks.append(f"# {TODO}: {path.name}:{lineno} captured {cap['kernel']} (renamed since): map it by hand")
             continue
-        module, _, name = sglang_definition(fn).partition(":")
-        params = list(inspect.signature(getattr(import_module(module), name)).parameters)
+        params = sglang_parameters(fn)
         args = dict(zip(params, cap.get("args", []), strict=False))
         args.update(cap.get("kwargs", {}))
         tensors = [v for v in args.values() if isinstance(v, dict) and "shape" in v]

@@ -80,3 +80,10 @@ def test_cli_new_task(root: Path):
                        capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
     assert (root / "kernels/h200_y/task.toml").exists()
+
+
+def test_capture_arguments_are_named_from_sglangs_own_definition():
+    """On a CPU host apply_rotary_embedding is a (*args, **kwargs) fallback; names must come from the source."""
+    from kda_lab.stamp import sglang_parameters
+
+    assert sglang_parameters("apply_rotary_embedding") == ["x", "cos", "sin", "interleaved"]
