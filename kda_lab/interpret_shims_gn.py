@@ -9,7 +9,7 @@ SGLang 0.5.23's group-norm Python wrappers refuse a CPU tensor before any Triton
   ``triton_group_norm_silu`` inside the function.
 
 :func:`interpretable_group_norm` recompiles exactly those wrappers from SGLang's source into a private
-namespace (SGLang's modules are not modified) with three rewrites: ``<tensor>.is_cuda`` reads ``True``,
+namespace (SGLang's modules are not modified), rewritten so that ``<tensor>.is_cuda`` reads ``True``,
 ``torch.cuda.device(...)`` becomes ``contextlib.nullcontext()``, the custom-op decorator is dropped (the raw
 function is called), and ``apply_group_norm_silu``'s in-function import resolves to the recompiled
 ``triton_group_norm_silu``. Every other condition of the wrappers (grad disabled, dtypes, C % G, weight/bias

@@ -109,3 +109,301 @@ BYTE_MODELS = {
     "triton_group_norm_silu": (("x", "weight", "bias"), ("x",)),
     "apply_group_norm_silu": (("x", "weight", "bias"), ("x",)),
 }
+
+# Test rows the stamper writes into every group_norm_silu task (kda new-task): tails and odd sizes, 2-D..5-D,
+# one element per group, constant input, channels-last x, SGLang's one-pass and chunked paths, fp32 offset rows.
+TEST_ROWS = """
+[[workloads]]
+name = "test_2d_one_element_per_group"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: 2-D x [B,C] with C == num_groups: every group is one element, var 0, y = silu(bias)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [3, 32], dtype = "float32" }
+weight = { shape = [32], dtype = "float32" }
+bias = { shape = [32], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_2d_sglang_shape"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: SGLang's own 2-D test shape (4,128), G=32"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [4, 128], dtype = "float16" }
+weight = { shape = [128], dtype = "float16" }
+bias = { shape = [128], dtype = "float16" }
+num_groups = 32
+eps = 1e-5
+
+[[workloads]]
+name = "test_3d_odd_tail"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: 3-D, odd length 37, 4 channels per group (group size 148: a masked tail)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 96, 37], dtype = "float32" }
+weight = { shape = [96], dtype = "float32" }
+bias = { shape = [96], dtype = "float32" }
+num_groups = 24
+eps = 1e-6
+
+[[workloads]]
+name = "test_4d_tail_eps1e5"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: 4-D odd spatial 7x9, eps 1e-5 (the nn.GroupNorm default the LTX-2 latent upsampler uses)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 64, 7, 9], dtype = "float16" }
+weight = { shape = [64], dtype = "float16" }
+bias = { shape = [64], dtype = "float16" }
+num_groups = 32
+eps = 1e-5
+
+[[workloads]]
+name = "test_5d_odd"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: 5-D [B,C,T,H,W] with odd T, H, W"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 64, 3, 5, 7], dtype = "float32" }
+weight = { shape = [64], dtype = "float32" }
+bias = { shape = [64], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_5d_channels_last"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: 5-D channels-last view (stride 1 over C), the layout of the strided VAE captures"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 64, 3, 4, 5], dtype = "float16", strides = [3840, 1, 1280, 320, 64] }
+weight = { shape = [64], dtype = "float16" }
+bias = { shape = [64], dtype = "float16" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_constant_input"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: constant x (0.3, not a binary fraction): var 0, y = silu(bias) up to rounding of the mean"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 64, 4, 4], dtype = "float32", dist = "const", mean = 0.3 }
+weight = { shape = [64], dtype = "float32" }
+bias = { shape = [64], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_groups_of_one_channel"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: num_groups == C (instance norm), 81 elements per group"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 16, 9, 9], dtype = "float32" }
+weight = { shape = [16], dtype = "float32" }
+bias = { shape = [16], dtype = "float32" }
+num_groups = 16
+eps = 1e-6
+
+[[workloads]]
+name = "test_one_group"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: num_groups 1 (layer norm over C and space), odd spatial"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 8, 5, 13], dtype = "float16" }
+weight = { shape = [8], dtype = "float16" }
+bias = { shape = [8], dtype = "float16" }
+num_groups = 1
+eps = 1e-6
+
+[[workloads]]
+name = "test_chunked_scalar_affine"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: group size 2^19 >= 2^18 with spatial % 8192 == 0 and 64 chunks: SGLang's chunked path, scalar-affine apply"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 2, 262144], dtype = "float32" }
+weight = { shape = [2], dtype = "float32" }
+bias = { shape = [2], dtype = "float32" }
+num_groups = 1
+eps = 1e-6
+
+[[workloads]]
+name = "test_chunked_tail"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: group size 300006 (chunked path, general apply, a ragged last chunk), 4-D"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 2, 3, 50001], dtype = "float16" }
+weight = { shape = [2], dtype = "float16" }
+bias = { shape = [2], dtype = "float16" }
+num_groups = 1
+eps = 1e-6
+
+[[workloads]]
+name = "test_offset_fp32"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: fp32 x = 1e4 + 100*N(0,1): a single-pass E[x^2]-mean^2 variance fails here (SGLang's Triton kernel does)"
+note = "not tagged tiny: SGLang 0.5.23's kernels compute var = E[x^2] - mean^2 in fp32 and miss this row by ~1e-2"
+[workloads.args]
+x = { shape = [2, 64, 6, 7], dtype = "float32", mean = 10000.0, std = 100.0 }
+weight = { shape = [64], dtype = "float32" }
+bias = { shape = [64], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_offset_fp32_large_group"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: offset 1e4 with a 1% spread on a 2^18-element group (the split-statistics path of a candidate)"
+[workloads.args]
+x = { shape = [1, 32, 16, 128, 128], dtype = "float32", mean = 10000.0, std = 100.0 }
+weight = { shape = [32], dtype = "float32" }
+bias = { shape = [32], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_bf16_5d"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: bf16 5-D (GPU only: the interpreter's bf16 arithmetic is broken)"
+[workloads.args]
+x = { shape = [1, 128, 3, 20, 24], dtype = "bfloat16" }
+weight = { shape = [128], dtype = "bfloat16" }
+bias = { shape = [128], dtype = "bfloat16" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_bf16_chunked_tail"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: bf16, batch 2, group size 270900 (chunked path) with odd H and W"
+[workloads.args]
+x = { shape = [2, 32, 3, 300, 301], dtype = "bfloat16" }
+weight = { shape = [32], dtype = "bfloat16" }
+bias = { shape = [32], dtype = "bfloat16" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_fp16_batch3"
+fn = "triton_group_norm_silu"
+kind = "test"
+source = "test: fp16, batch 3, odd H and W, 8 channels per group"
+[workloads.args]
+x = { shape = [3, 256, 2, 17, 19], dtype = "float16" }
+weight = { shape = [256], dtype = "float16" }
+bias = { shape = [256], dtype = "float16" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_4d_tail"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, 4-D odd spatial"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 64, 7, 9], dtype = "float32" }
+weight = { shape = [64], dtype = "float32" }
+bias = { shape = [64], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_5d_eps1e5"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, 5-D, eps 1e-5 (nn.GroupNorm default, LTX-2 latent upsampler)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 64, 3, 5, 7], dtype = "float16" }
+weight = { shape = [64], dtype = "float16" }
+bias = { shape = [64], dtype = "float16" }
+num_groups = 32
+eps = 1e-5
+
+[[workloads]]
+name = "test_apply_2d_one_element_per_group"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, 2-D [B,C] with C == num_groups: y = silu(bias)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [5, 32], dtype = "float32" }
+weight = { shape = [32], dtype = "float32" }
+bias = { shape = [32], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_constant_input"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, constant x = -1.3: y = silu(bias)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 32, 3, 3], dtype = "float32", dist = "const", mean = -1.3 }
+weight = { shape = [32], dtype = "float32" }
+bias = { shape = [32], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_channels_last"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu on a 5-D channels-last view"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 64, 3, 4, 5], dtype = "float16", strides = [3840, 1, 1280, 320, 64] }
+weight = { shape = [64], dtype = "float16" }
+bias = { shape = [64], dtype = "float16" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_offset_fp32"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, fp32 offset 1e4 with a 1% spread (E[x^2]-mean^2 fails it)"
+note = "not tagged tiny: SGLang 0.5.23's single-pass variance misses this row"
+[workloads.args]
+x = { shape = [2, 64, 6, 7], dtype = "float32", mean = 10000.0, std = 100.0 }
+weight = { shape = [64], dtype = "float32" }
+bias = { shape = [64], dtype = "float32" }
+num_groups = 32
+eps = 1e-6
+
+[[workloads]]
+name = "test_apply_bf16_5d"
+fn = "apply_group_norm_silu"
+kind = "test"
+source = "test: apply_group_norm_silu, bf16 5-D (GPU only)"
+[workloads.args]
+x = { shape = [1, 128, 3, 20, 24], dtype = "bfloat16" }
+weight = { shape = [128], dtype = "bfloat16" }
+bias = { shape = [128], dtype = "bfloat16" }
+num_groups = 32
+eps = 1e-6
+"""

@@ -123,3 +123,213 @@ FUNCTIONS = {
 BYTE_MODELS = {
     "fused_inplace_qknorm_rope": (("q", "k", "q_weight", "k_weight", "cos_sin_cache", "positions"), ("q", "k")),
 }
+
+
+# Test rows the stamper writes into every task of this family (kda_lab/stamp.py): SGLang's own test shapes,
+# fused-qkv views, partial rotary, GQA, fp16, round_norm_before_rope with full-width / bf16 caches, eps,
+# one token, one long sequence. None is 'tiny': the baseline is a JIT CUDA kernel (no interpreter).
+TEST_ROWS = """
+# ---------------------------------------------------------------- test rows
+# Shapes SGLang's own qknorm_rope tests use (tokens 1/9/129/257, heads 8/16/24/32, head_dim 64/128/256,
+# NeoX and interleaved, int32/int64 positions), plus the layouts 0.5.23 call sites can pass. No row is tagged
+# 'tiny': the baseline is a JIT CUDA kernel, it cannot run in the CPU interpreter.
+[[workloads]]
+name = "test_tail_T129_int32_cache_longer"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: odd token count, int32 positions gathering from a 4096-row cache (positions need not be arange)"
+[workloads.args]
+q = { shape = [129, 24, 128], dtype = "bfloat16" }
+k = { shape = [129, 24, 128], dtype = "bfloat16" }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [4096, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [129], dtype = "int32", dist = "randint", low = 0, high = 4096 }
+is_neox = false
+eps = 1e-6
+head_dim = 128
+rope_dim = 128
+
+[[workloads]]
+name = "test_fused_qkv_views_T47"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: q and k as strided views of a fused qkv projection [T, 3*H*D] (token stride 3*H*D, shared head stride D)"
+[workloads.args]
+q = { shape = [47, 24, 128], dtype = "bfloat16", strides = [9216, 128, 1] }
+k = { shape = [47, 24, 128], dtype = "bfloat16", strides = [9216, 128, 1], offset = 3072 }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [47, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [47], dtype = "int64", dist = "randint", low = 0, high = 47 }
+is_neox = false
+eps = 1e-6
+head_dim = 128
+rope_dim = 128
+
+[[workloads]]
+name = "test_neox_D64_T9_int64"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: NeoX halves at head_dim 64, 9 tokens, 16 heads; head_dim/rope_dim left at their defaults (0)"
+[workloads.args]
+q = { shape = [9, 16, 64], dtype = "bfloat16" }
+k = { shape = [9, 16, 64], dtype = "bfloat16" }
+q_weight = { shape = [64], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [64], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [64, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [9], dtype = "int64", dist = "randint", low = 0, high = 64 }
+is_neox = true
+eps = 1e-6
+
+[[workloads]]
+name = "test_D256_partial_rope_T257_int32"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: head_dim 256 with rope_dim 128 (lanes 128..255 are only normalized), 257 tokens, 8 heads, int32"
+[workloads.args]
+q = { shape = [257, 8, 256], dtype = "bfloat16" }
+k = { shape = [257, 8, 256], dtype = "bfloat16" }
+q_weight = { shape = [256], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [256], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [300, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [257], dtype = "int32", dist = "randint", low = 0, high = 300 }
+is_neox = false
+eps = 1e-6
+
+[[workloads]]
+name = "test_fp16_neox_partial_gqa"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: fp16, NeoX on the first 64 of 128 lanes, different q/k head counts (3 and 5), 33 tokens"
+[workloads.args]
+q = { shape = [33, 3, 128], dtype = "float16" }
+k = { shape = [33, 5, 128], dtype = "float16" }
+q_weight = { shape = [128], dtype = "float16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "float16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [33, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [33], dtype = "int64", dist = "randint", low = 0, high = 33 }
+is_neox = true
+eps = 1e-6
+head_dim = 128
+rope_dim = 64
+
+[[workloads]]
+name = "test_fp16_interleaved_fp16_cache_D64"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: fp16 activations with an fp16 cos/sin cache, interleaved, head_dim 64, 32 heads, int32"
+[workloads.args]
+q = { shape = [65, 32, 64], dtype = "float16" }
+k = { shape = [65, 32, 64], dtype = "float16" }
+q_weight = { shape = [64], dtype = "float16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [64], dtype = "float16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [65, 64], dtype = "float16", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [65], dtype = "int32", dist = "randint", low = 0, high = 65 }
+is_neox = false
+eps = 1e-6
+
+[[workloads]]
+name = "test_round_norm_full_width_neox"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: ERNIE-Image's call (round_norm_before_rope, full-width [cos(128) | sin(128)] bf16 cache, NeoX)"
+[workloads.args]
+q = { shape = [64, 16, 128], dtype = "bfloat16" }
+k = { shape = [64, 16, 128], dtype = "bfloat16" }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [64, 256], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [64], dtype = "int64", dist = "randint", low = 0, high = 64 }
+is_neox = true
+eps = 1e-6
+head_dim = 128
+round_norm_before_rope = true
+cache_has_full_width = true
+
+[[workloads]]
+name = "test_round_norm_bf16_cache_rope96"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: MiniMax-H3-style call (round_norm_before_rope, bf16 half-width cache, NeoX on 96 of 128 lanes)"
+[workloads.args]
+q = { shape = [100, 4, 128], dtype = "bfloat16" }
+k = { shape = [100, 4, 128], dtype = "bfloat16" }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [128, 96], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [100], dtype = "int64", dist = "randint", low = 0, high = 128 }
+is_neox = true
+eps = 1e-6
+head_dim = 128
+rope_dim = 96
+round_norm_before_rope = true
+
+[[workloads]]
+name = "test_round_norm_interleaved_full_width_fp16"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: round_norm_before_rope with an interleaved full-width fp32 cache, fp16, 2 heads"
+[workloads.args]
+q = { shape = [31, 2, 128], dtype = "float16" }
+k = { shape = [31, 2, 128], dtype = "float16" }
+q_weight = { shape = [128], dtype = "float16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "float16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [31, 256], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [31], dtype = "int32", dist = "randint", low = 0, high = 31 }
+is_neox = false
+eps = 1e-6
+round_norm_before_rope = true
+cache_has_full_width = true
+
+[[workloads]]
+name = "test_tiny_variance_eps"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: mean(x^2) ~ 1e-6, comparable to Z-Image's eps 1e-5 (catches a wrong or misplaced eps)"
+[workloads.args]
+q = { shape = [16, 30, 128], dtype = "bfloat16", std = 1e-3 }
+k = { shape = [16, 30, 128], dtype = "bfloat16", std = 1e-3 }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [16, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [16], dtype = "int64", dist = "randint", low = 0, high = 16 }
+is_neox = false
+eps = 1e-5
+head_dim = 128
+rope_dim = 128
+
+[[workloads]]
+name = "test_one_token"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: a single token (24 q heads, 24 k heads), int32 position"
+[workloads.args]
+q = { shape = [1, 24, 128], dtype = "bfloat16" }
+k = { shape = [1, 24, 128], dtype = "bfloat16" }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [8, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [1], dtype = "int32", dist = "randint", low = 0, high = 8 }
+is_neox = false
+eps = 1e-6
+head_dim = 128
+rope_dim = 128
+
+[[workloads]]
+name = "test_large_T34680_H24"
+fn = "fused_inplace_qknorm_rope"
+kind = "test"
+source = "test: a long sequence (870 MB moved per call), the lab's large reference shape for this family"
+[workloads.args]
+q = { shape = [34680, 24, 128], dtype = "bfloat16" }
+k = { shape = [34680, 24, 128], dtype = "bfloat16" }
+q_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+k_weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+cos_sin_cache = { shape = [34680, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+positions = { shape = [34680], dtype = "int64", dist = "randint", low = 0, high = 34680 }
+is_neox = false
+eps = 1e-6
+head_dim = 128
+rope_dim = 128
+"""

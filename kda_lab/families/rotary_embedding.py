@@ -118,3 +118,159 @@ BYTE_MODELS = {
     "apply_rotary_embedding": (("x", "cos", "sin"), ("x",)),
     "apply_ltx2_split_rotary_emb": (("x", "cos", "sin"), ("x",)),
 }
+
+
+# Test rows the stamper writes into every task of this family (kda_lab/stamp.py): 'tiny' rows the CPU
+# interpreter runs (with kda_lab/interpret_shims_rope.py), large-|x| LTX-2, two large standard-rotary shapes.
+TEST_ROWS = """
+# ---------------------------------------------------------------- test rows
+# Rows tagged 'tiny' also run SGLang's real Triton kernels in the CPU interpreter (fp32 and fp16 copies of the
+# row) against the oracle: `kda check <task> --interpret`, and the task's tests/test_correctness.py.
+[[workloads]]
+name = "test_rope_tiny_batch2_tail"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: batch 2 sharing one [T, D/2] cos/sin table, 3 heads (head-block tail), head_dim 16"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 5, 3, 16], dtype = "bfloat16" }
+cos = { shape = [5, 8], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [5, 8], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_tiny_3d"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: 3-D x [T, H, D] (bsz 1), 7 tokens, 5 heads, head_dim 64, bf16 cos/sin"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [7, 5, 64], dtype = "bfloat16" }
+cos = { shape = [7, 32], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [7, 32], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_tiny_interleaved_full_cos"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: interleaved=True with full-width [T, D] cos/sin (the wrapper reads every other column)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 6, 2, 32], dtype = "bfloat16" }
+cos = { shape = [6, 32], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [6, 32], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = true
+
+[[workloads]]
+name = "test_rope_tiny_d256_odd_heads"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: head_dim 256 (several head-dim blocks), 5 heads, 3 tokens"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 3, 5, 256], dtype = "bfloat16" }
+cos = { shape = [3, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [3, 128], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_tiny_token_view"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: x is the image-token view of a longer joint sequence (batch 1, token rows 2..10 of 13), like HunyuanVideo"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 9, 3, 32], dtype = "bfloat16", strides = [1248, 96, 32, 1], offset = 192 }
+cos = { shape = [9, 16], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [9, 16], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_fp16_odd"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: fp16 x and cos/sin, batch 3, 11 tokens, 7 heads, head_dim 64"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [3, 11, 7, 64], dtype = "float16" }
+cos = { shape = [11, 32], dtype = "float16", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [11, 32], dtype = "float16", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_T4096_H24"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: a mid-size image sequence (4096 tokens, 24 heads, fp32 cos/sin), one of the lab's reference shapes"
+[workloads.args]
+x = { shape = [1, 4096, 24, 128], dtype = "bfloat16" }
+cos = { shape = [4096, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [4096, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_rope_T75600_H40"
+fn = "apply_rotary_embedding"
+kind = "test"
+source = "test: a long video sequence (75600 tokens, 40 heads; 1.59 GB moved), one of the lab's reference shapes"
+[workloads.args]
+x = { shape = [1, 75600, 40, 128], dtype = "bfloat16" }
+cos = { shape = [75600, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [75600, 64], dtype = "float32", dist = "uniform", low = -1.0, high = 1.0 }
+interleaved = false
+
+[[workloads]]
+name = "test_ltx2_tiny_transposed_views"
+fn = "apply_ltx2_split_rotary_emb"
+kind = "test"
+source = "test: LTX-2's layout in miniature: cos/sin [B,H,S,D/2] as transposed views of [B,S,H,D/2]"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 7, 48], dtype = "bfloat16" }
+cos = { shape = [1, 3, 7, 8], dtype = "bfloat16", strides = [168, 8, 24, 1], dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [1, 3, 7, 8], dtype = "bfloat16", strides = [168, 8, 24, 1], dist = "uniform", low = -1.0, high = 1.0 }
+
+[[workloads]]
+name = "test_ltx2_tiny_batch2_mixed_strides"
+fn = "apply_ltx2_split_rotary_emb"
+kind = "test"
+source = "test: batch 2 (per-batch cos/sin), cos a transposed view and sin contiguous (separate stride sets)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 5, 128], dtype = "bfloat16" }
+cos = { shape = [2, 4, 5, 16], dtype = "bfloat16", strides = [320, 16, 64, 1], dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [2, 4, 5, 16], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+
+[[workloads]]
+name = "test_ltx2_tiny_odd_heads_half12"
+fn = "apply_ltx2_split_rotary_emb"
+kind = "test"
+source = "test: 5 heads (masked head block) and head_dim 24 (D/2 = 12, not a power of two)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 3, 120], dtype = "bfloat16" }
+cos = { shape = [1, 5, 3, 12], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [1, 5, 3, 12], dtype = "bfloat16", dist = "uniform", low = -1.0, high = 1.0 }
+
+[[workloads]]
+name = "test_ltx2_tiny_d128_17heads"
+fn = "apply_ltx2_split_rotary_emb"
+kind = "test"
+source = "test: head_dim 128, 17 heads (more than one 16-head block), transposed cos/sin views"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1, 4, 2176], dtype = "bfloat16" }
+cos = { shape = [1, 17, 4, 64], dtype = "bfloat16", strides = [4352, 64, 1088, 1], dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [1, 17, 4, 64], dtype = "bfloat16", strides = [4352, 64, 1088, 1], dist = "uniform", low = -1.0, high = 1.0 }
+
+[[workloads]]
+name = "test_ltx2_large_values"
+fn = "apply_ltx2_split_rotary_emb"
+kind = "test"
+source = "test: |x| ~ 50 (x*cos far from 1, so its bf16 rounding moves the result by whole ulps), 9 tokens"
+[workloads.args]
+x = { shape = [1, 9, 2048], dtype = "bfloat16", std = 50.0 }
+cos = { shape = [1, 32, 9, 32], dtype = "bfloat16", strides = [9216, 32, 1024, 1], dist = "uniform", low = -1.0, high = 1.0 }
+sin = { shape = [1, 32, 9, 32], dtype = "bfloat16", strides = [9216, 32, 1024, 1], dist = "uniform", low = -1.0, high = 1.0 }
+"""

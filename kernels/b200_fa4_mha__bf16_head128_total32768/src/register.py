@@ -1,0 +1,14 @@
+"""Candidate c000: the task's baseline itself (kda_lab/baselines.py:fa4_mha), as a passthrough candidate.
+
+Replace EXPORTS' value with the new implementation; keep the key and the signature
+mha_forward(q, k, v, causal=False, softmax_scale=None) -> Tensor (prompt.md K).
+Importing this module must not need a GPU or any optional package (the baseline resolves lazily).
+"""
+
+from kda_lab import baselines as _baselines
+
+BASELINE = True  # this candidate is the baseline itself (lineage status "baseline")
+
+EXPORTS = {
+    "mha_forward": _baselines.fa4_mha,
+}

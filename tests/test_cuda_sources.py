@@ -1,0 +1,158 @@
+"""Every CUDA source (``*.cu``) in a task's ``src/`` compiles with nvcc for the task's architecture.
+
+``kernels/h200_*`` sources build for ``sm_90a``, ``kernels/b200_*`` for ``sm_100a``, with the command the task
+cards give: ``nvcc -std=c++17 -O3 -gencode=arch=compute_XXa,code=sm_XXa -c file.cu`` (plus include paths: the
+file's folder, the task's ``src/`` and torch's headers). Two self-tests prove the check itself: a small valid
+kernel compiles for both architectures and a deliberately broken one is rejected.
+
+nvcc is part of the CPU test environment: without it these tests fail, unless ``KDA_ALLOW_NO_NVCC=1`` (then
+they skip, and say why).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = REPO / "kernels"
+ARCH_GENCODE = {"h200": "90a", "b200": "100a"}
+SKIP_PARTS = {"build", "__pycache__", ".ruff_cache"}
+NVCC_TIMEOUT_S = 600
+
+
+def task_cuda_sources(kernels: Path = KERNELS) -> list[Path]:
+    """``kernels/<arch>_*/src/**/*.cu`` for the known arches, build outputs and caches excluded."""
+    found = []
+    for task in sorted(p for p in kernels.glob("*") if p.is_dir()):
+        if task.name.split("_", 1)[0] not in ARCH_GENCODE:
+            continue
+        for cu in sorted((task / "src").rglob("*.cu")):
+            if not SKIP_PARTS & set(cu.relative_to(task).parts):
+                found.append(cu)
+    return found
+
+
+def arch_of(cu: Path) -> str:
+    """The task arch of a source under ``kernels/<arch>_.../src/``."""
+    for part in cu.parts:
+        arch = part.split("_", 1)[0]
+        if arch in ARCH_GENCODE and "_" in part:
+            return arch
+    raise ValueError(f"{cu}: not under a kernels/<arch>_<task>/ folder ({sorted(ARCH_GENCODE)})")
+
+
+def nvcc() -> str:
+    path = shutil.which("nvcc")
+    if path:
+        return path
+    if os.environ.get("KDA_ALLOW_NO_NVCC") == "1":
+        pytest.skip("nvcc not on PATH (KDA_ALLOW_NO_NVCC=1): CUDA sources were NOT compile-checked")
+    pytest.fail("nvcc not on PATH: the CUDA compile checks need it (install the CUDA toolkit, or set "
+                "KDA_ALLOW_NO_NVCC=1 to skip them knowingly)")
+
+
+def _torch_includes() -> list[str]:
+    try:
+        from torch.utils.cpp_extension import include_paths
+
+        return [p for p in include_paths() if Path(p).is_dir()]
+    except Exception:  # noqa: BLE001 - torch headers are optional for pure-CUDA sources
+        return []
+
+
+def compile_cu(cu: Path, arch: str, out_dir: Path, extra_includes: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    sm = ARCH_GENCODE[arch]
+    includes = [cu.parent, *extra_includes]
+    cmd = [nvcc(), "-std=c++17", "-O3", f"-gencode=arch=compute_{sm},code=sm_{sm}",
+           *(f"-I{p}" for p in includes), *(f"-I{p}" for p in _torch_includes()),
+           "-c", str(cu), "-o", str(out_dir / (cu.stem + f".sm_{sm}.o"))]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+
+
+def _task_src(cu: Path) -> Path:
+    for parent in cu.parents:
+        if parent.name == "src":
+            return parent
+    return cu.parent
+
+
+SOURCES = task_cuda_sources()
+
+
+@pytest.mark.parametrize("cu", SOURCES, ids=[str(p.relative_to(KERNELS)) for p in SOURCES])
+def test_task_cuda_source_compiles(cu: Path, tmp_path: Path) -> None:
+    arch = arch_of(cu)
+    res = compile_cu(cu, arch, tmp_path, extra_includes=(_task_src(cu),))
+    assert res.returncode == 0, (f"{cu.relative_to(REPO)} does not compile for {arch} (sm_{ARCH_GENCODE[arch]}):\n"
+                                 f"{' '.join(res.args)}\n{res.stdout}{res.stderr}")
+
+
+GOOD_CU = r"""
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+__global__ void __cluster_dims__(2, 1, 1) scale_kernel(float* __restrict__ y, const float* __restrict__ x, int n) {
+  cg::cluster_group cluster = cg::this_cluster();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+  cluster.sync();
+}
+
+extern "C" cudaError_t launch_scale(float* y, const float* x, int n, cudaStream_t s) {
+  scale_kernel<<<((n + 511) / 512) * 2, 256, 0, s>>>(y, x, n);
+  return cudaGetLastError();
+}
+"""
+
+BROKEN_CU = r"""
+__global__ void broken(float* y) {
+  y[threadIdx.x] = this_symbol_does_not_exist;
+}
+"""
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_GENCODE))
+def test_compile_check_accepts_a_valid_kernel(arch: str, tmp_path: Path) -> None:
+    cu = tmp_path / f"kernels/{arch}_selftest__x/src/good.cu"
+    cu.parent.mkdir(parents=True)
+    cu.write_text(GOOD_CU)
+    assert arch_of(cu) == arch
+    res = compile_cu(cu, arch, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / f"good.sm_{ARCH_GENCODE[arch]}.o").stat().st_size > 0
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_GENCODE))
+def test_compile_check_rejects_a_broken_kernel(arch: str, tmp_path: Path) -> None:
+    cu = tmp_path / "broken.cu"
+    cu.write_text(BROKEN_CU)
+    res = compile_cu(cu, arch, tmp_path)
+    assert res.returncode != 0
+    assert "this_symbol_does_not_exist" in res.stdout + res.stderr
+
+
+def test_discovery_maps_arches_and_skips_build_outputs(tmp_path: Path) -> None:
+    for rel in ("h200_a__x/src/k.cu", "b200_b__y/src/sub/k2.cu", "h200_a__x/src/build/gen.cu",
+                "h200_a__x/docs/notes.cu", "other_c/src/k.cu"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    found = [p.relative_to(tmp_path).as_posix() for p in task_cuda_sources(tmp_path)]
+    assert found == ["b200_b__y/src/sub/k2.cu", "h200_a__x/src/k.cu"]
+    assert [arch_of(tmp_path / f) for f in found] == ["b200", "h200"]
+
+
+def test_missing_nvcc_fails_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("KDA_ALLOW_NO_NVCC", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="nvcc not on PATH"):
+        nvcc()
+    monkeypatch.setenv("KDA_ALLOW_NO_NVCC", "1")
+    with pytest.raises(pytest.skip.Exception, match="NOT compile-checked"):
+        nvcc()
