@@ -21,6 +21,10 @@
 //     re-reads x (in reverse order, so the tail the stats pass left in L2 is hit first)
 //     and writes y.  Bytes: 2R + 1W of x (minus what L2 serves).  Bound: HBM at 3 bytes
 //     of traffic per 2 of copy.
+//  C. gns_pipe_kernel (v3) -- one kernel: groups that fit one 32 KB tile are fused (registers,
+//     1R + 1W); larger groups get lagged stats/apply tiles from a ticket counter so the apply
+//     re-read can hit L2 (byte model and bound next to the kernel).  Auto routing (gns_kernels.cu):
+//     C fused for groups <= 16 KB, A up to 240 KB, B above (all measured, docs/notes.md).
 #pragma once
 
 #include <cuda_runtime.h>
