@@ -172,7 +172,8 @@ def source_hash(src_dir: Path) -> str:
     """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded."""
     h = hashlib.sha256()
     for p in sorted(src_dir.rglob("*")):
-        if p.is_dir() or "__pycache__" in p.parts or p.suffix in (".pyc", ".so", ".o") or "build" in p.parts:
+        rel = p.relative_to(src_dir)
+        if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".so", ".o") or "build" in rel.parts:
             continue
         h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]

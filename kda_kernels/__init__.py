@@ -1,0 +1,59 @@
+"""kda_kernels: the runtime overlay that ships promoted KDA Lab kernels into SGLang 0.5.23.
+
+    import kda_kernels
+    kda_kernels.install()    # swap every promoted function into SGLang (the SGLang patch does this at import)
+    kda_kernels.status()     # per function: promoted, arches, stamps, installed, call sites rebound, problems
+    kda_kernels.uninstall()  # restore SGLang's originals exactly
+
+Environment: ``KDA_FORCE_ARCH=h200|b200|baseline`` overrides device dispatch (read at install);
+``KDA_KERNELS_DISABLE=1`` makes install() a no-op.
+
+Depends on torch only (never on pandas or kda_lab). ``import kda_kernels`` imports neither torch nor sglang;
+install() imports them only when something is promoted. See docs/overlay.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kda_kernels.registry import FAMILIES, TARGETS, SwapTarget
+
+__all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "install", "kda_object", "status", "uninstall"]
+__version__ = "0.1.0"
+
+
+def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None) -> dict[str, Any]:
+    """Swap promoted kernels into SGLang (idempotent). ``strict`` raises instead of warning; ``force``
+    re-installs (re-reading stamps, impls and ``KDA_FORCE_ARCH``) without losing SGLang's originals."""
+    from kda_kernels import overlay
+
+    return overlay.install(strict=strict, force=force, families=families)
+
+
+def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:
+    """Restore exactly what install() replaced (identity checks)."""
+    from kda_kernels import overlay
+
+    return overlay.uninstall(families=families)
+
+
+def status() -> dict[str, Any]:
+    """Per SGLang function: promoted, arches with impls, stamps, installed, call sites rebound, problems."""
+    from kda_kernels import overlay
+
+    return overlay.status()
+
+
+def kda_object(function: str) -> Callable[..., Any]:
+    """The KDA object for a promoted function (what install() binds at SGLang's call sites)."""
+    from kda_kernels import overlay
+
+    return overlay.kda_object(function)
+
+
+def baseline(function: str) -> Callable[..., Any]:
+    """SGLang's original implementation of ``function`` (never the KDA object)."""
+    from kda_kernels import overlay
+
+    return overlay.baseline(function)

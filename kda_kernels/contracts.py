@@ -1,0 +1,248 @@
+"""Per-function call contracts of the SGLang 0.5.23 baselines, as the ``kda::`` custom ops need them.
+
+For every swap target: the exact Python signature (the custom-op schema is inferred from it), the arguments
+mutated in place, a fake (meta) implementation whose outputs have the shapes, dtypes and layouts the SGLang
+baseline returns, and for the special kinds the extra pieces (see ``kda_kernels.registry``).
+An exported impl must return what the fake describes (the same layout as SGLang's ``torch.empty_like``).
+
+The signature stubs below are copied from SGLang 0.5.23 (``sglang/kernels/ops/diffusion/...``); a test checks
+them against the installed package.
+"""
+
+# No `from __future__ import annotations`: torch.library infers each schema from these annotations.
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# ----------------------------------------------------------------------------------------------- signatures
+
+
+def fused_inplace_qknorm_rope(
+    q: Tensor, k: Tensor, q_weight: Tensor, k_weight: Tensor, cos_sin_cache: Tensor, positions: Tensor, *,
+    is_neox: bool, eps: float = 1e-6, head_dim: int = 0, rope_dim: int = 0, round_norm_before_rope: bool = False,
+    cache_has_full_width: bool = False,
+) -> None: ...
+
+
+def norm_infer(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, is_rms_norm: bool = False,
+    out: Tensor | None = None,
+) -> Tensor: ...
+
+
+def _norm_infer_noout(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, is_rms_norm: bool = False,
+) -> Tensor: ...
+
+
+def _norm_infer_out(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, is_rms_norm: bool, out: Tensor,
+) -> None: ...
+
+
+def triton_one_pass_rms_norm(x: Tensor, w: Tensor, eps: float = 1e-6) -> Tensor: ...
+
+
+def triton_group_norm_silu(x: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor: ...
+
+
+def apply_group_norm_silu(x: Tensor, norm: torch.nn.Module, activation: torch.nn.Module) -> Tensor: ...
+
+
+def apply_rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor: ...
+
+
+def apply_ltx2_split_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor: ...
+
+
+def fuse_scale_shift_kernel(
+    x: Tensor, scale: Tensor, shift: Tensor, scale_constant: float = 1.0, block_l: int = 128, block_c: int = 128,
+) -> Tensor: ...
+
+
+def fuse_layernorm_scale_shift_gate_select01_kernel(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, scale0: Tensor, shift0: Tensor, gate0: Tensor,
+    scale1: Tensor, shift1: Tensor, gate1: Tensor, index: Tensor, eps: float,
+) -> tuple[Tensor, Tensor]: ...
+
+
+def fuse_residual_layernorm_scale_shift_gate_select01_kernel(
+    x: Tensor, residual: Tensor, residual_gate: Tensor, weight: Tensor | None, bias: Tensor | None,
+    scale0: Tensor, shift0: Tensor, gate0: Tensor, scale1: Tensor, shift1: Tensor, gate1: Tensor, index: Tensor,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor]: ...
+
+
+def rmsnorm_scale(x: Tensor, weight: Tensor, scale: Tensor, eps: float) -> Tensor: ...
+
+
+def rmsnorm_tanh_residual(x: Tensor, gate: Tensor, residual: Tensor, weight: Tensor, eps: float) -> Tensor: ...
+
+
+def fused_norm_scale_shift(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, scale: Tensor, shift: Tensor, norm_type: str,
+    eps: float = 1e-5,
+) -> Tensor: ...
+
+
+def fused_scale_residual_norm_scale_shift(
+    residual: Tensor, x: Tensor, gate: Tensor | None, weight: Tensor | None, bias: Tensor | None,
+    scale: Tensor, shift: Tensor, norm_type: str, eps: float = 1e-5,
+) -> tuple[Tensor, Tensor]: ...
+
+
+# ----------------------------------------------------------------------------------------------------- fakes
+
+def _like(x: Tensor) -> Tensor:
+    """SGLang's ``torch.empty_like(x)``: same shape, dtype, device; dense layouts kept."""
+    return torch.empty_like(x)
+
+
+def _contig(x: Tensor) -> Tensor:
+    """SGLang's ``x.contiguous()`` then ``empty_like``: a contiguous tensor of x's shape and dtype."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _fake_none(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _fake_like0(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    return _like(x)
+
+
+def _fake_contig0(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    return _contig(x)
+
+
+def _fake_select01(x: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return _like(x), _like(x)
+
+
+def _fake_residual_select01(x: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
+    return _like(x), _like(x), _like(x)
+
+
+def _fake_norm_scale_shift(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    return x.new_empty(x.shape)
+
+
+def _fake_residual_norm_scale_shift(residual: Tensor, x: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+# ------------------------------------------------------------- optional kind: SGLang's "return None" contract
+
+_MAX_HIDDEN_SIZE = 8192  # sglang.kernels.ops.diffusion.norm.native_bf16_rmsnorm_triton.MAX_HIDDEN_SIZE
+
+
+def _flat_row_stride(x: Tensor) -> int | None:
+    if x.dim() < 2 or x.stride(-1) != 1:
+        return None
+    row_stride = x.stride(-2)
+    expected = row_stride * x.shape[-2]
+    for dim in range(x.dim() - 3, -1, -1):
+        if x.stride(dim) != expected:
+            return None
+        expected *= x.shape[dim]
+    return row_stride
+
+
+def _can_use_operand(x: Tensor, weight: Tensor, other: Tensor) -> bool:
+    return (
+        x.is_cuda and weight.is_cuda and other.is_cuda
+        and x.device == weight.device == other.device
+        and x.dtype == weight.dtype == other.dtype == torch.bfloat16
+        and x.dim() >= 2 and 0 < x.shape[-1] <= _MAX_HIDDEN_SIZE and x.numel() > 0
+        and weight.shape == (x.shape[-1],) and weight.is_contiguous()
+        and other.dim() >= 2 and other.shape[-1] == x.shape[-1] and other.numel() > 0
+        and _flat_row_stride(x) is not None and _flat_row_stride(other) is not None
+    )
+
+
+def accepts_rmsnorm_scale(x: Tensor, weight: Tensor, scale: Tensor, eps: float) -> bool:
+    """Mirror of SGLang 0.5.23 ``rmsnorm_scale``'s conditions for returning a tensor (else ``None``)."""
+    if not _can_use_operand(x, weight, scale):
+        return False
+    dim = x.shape[-1]
+    return (x.numel() // dim) % (scale.numel() // dim) == 0
+
+
+def accepts_rmsnorm_tanh_residual(x: Tensor, gate: Tensor, residual: Tensor, weight: Tensor, eps: float) -> bool:
+    """Mirror of SGLang 0.5.23 ``rmsnorm_tanh_residual``'s conditions for returning a tensor (else ``None``)."""
+    if not _can_use_operand(x, weight, gate):
+        return False
+    if (residual.device != x.device or residual.dtype != x.dtype or residual.shape != x.shape
+            or _flat_row_stride(residual) is None):
+        return False
+    dim = x.shape[-1]
+    return (x.numel() // dim) % (gate.numel() // dim) == 0
+
+
+# ---------------------------------------------------------------------------------------------------- table
+
+@dataclass(frozen=True)
+class Contract:
+    function: str
+    signature: inspect.Signature  # the SGLang call signature (what call sites pass)
+    op_signature: inspect.Signature  # what the kda:: custom op takes (differs for the out/wrapper kinds)
+    mutates_args: tuple[str, ...]
+    fake: Callable[..., Any] | None
+    accepts: Callable[..., bool] | None = None  # optional kind: SGLang returns a tensor iff this holds
+    out_signature: inspect.Signature | None = None  # out kind: the mutating variant kda::<name>_out
+    first_tensor: str = "x"
+
+    @property
+    def n_outputs(self) -> int:
+        ann = self.op_signature.return_annotation
+        if ann is None or ann is type(None):
+            return 0
+        return len(getattr(ann, "__args__", ())) or 1
+
+
+def _sig(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _c(fn: Callable[..., Any], fake: Callable[..., Any] | None, mutates: tuple[str, ...] = (), **kw: Any) -> Contract:
+    sig = _sig(fn)
+    return Contract(function=fn.__name__, signature=sig, op_signature=kw.pop("op_signature", sig),
+                    mutates_args=mutates, fake=fake, first_tensor=next(iter(sig.parameters)), **kw)
+
+
+CONTRACTS: dict[str, Contract] = {c.function: c for c in (
+    _c(fused_inplace_qknorm_rope, _fake_none, ("q", "k")),
+    _c(norm_infer, _fake_contig0, op_signature=_sig(_norm_infer_noout), out_signature=_sig(_norm_infer_out)),
+    _c(triton_one_pass_rms_norm, _fake_contig0),
+    _c(triton_group_norm_silu, _fake_contig0),
+    _c(apply_group_norm_silu, None),
+    _c(apply_rotary_embedding, _fake_like0),
+    _c(apply_ltx2_split_rotary_emb, _fake_like0),
+    _c(fuse_scale_shift_kernel, _fake_like0),
+    _c(fuse_layernorm_scale_shift_gate_select01_kernel, _fake_select01),
+    _c(fuse_residual_layernorm_scale_shift_gate_select01_kernel, _fake_residual_select01),
+    _c(rmsnorm_scale, _fake_contig0, accepts=accepts_rmsnorm_scale),
+    _c(rmsnorm_tanh_residual, _fake_contig0, accepts=accepts_rmsnorm_tanh_residual),
+    _c(fused_norm_scale_shift, _fake_norm_scale_shift),
+    _c(fused_scale_residual_norm_scale_shift, _fake_residual_norm_scale_shift),
+)}
+
+
+def group_norm_silu_eligible(x: Tensor, norm: Any, activation: Any, allow_non_cuda: bool = False) -> bool:
+    """SGLang 0.5.23 ``apply_group_norm_silu``'s condition for taking the fused tensor-level path."""
+    nn = torch.nn
+    return (
+        (x.is_cuda or allow_non_cuda)
+        and not torch.is_grad_enabled()
+        and not x.requires_grad
+        and isinstance(norm, nn.GroupNorm)
+        and isinstance(activation, nn.SiLU)
+        and not activation.inplace
+        and norm.affine
+        and norm.weight is not None
+        and norm.bias is not None
+    )
