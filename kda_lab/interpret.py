@@ -24,6 +24,15 @@ import torch
 from kda_lab.families import contract
 
 INTERPRETER_DTYPES = ("float32", "float16")
+# Family shims for wrappers the generic recompile cannot run on CPU (each idempotent, each touching only the
+# SGLang kernels it names): rotary autotune/bf16 rounding, group-norm custom-op wrappers, one-pass RMS.
+SHIM_MODULES = ("kda_lab.interpret_shims_rope", "kda_lab.interpret_shims_gn", "kda_lab.interpret_shims_norm")
+
+
+def install_shims() -> None:
+    """Install every family's shims; call after the interpreter is switched on (some are no-ops otherwise)."""
+    for name in SHIM_MODULES:
+        importlib.import_module(name).install()
 
 
 class InterpreterUnavailable(RuntimeError):
@@ -77,6 +86,8 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
     """``kda check --interpret``: SGLang's Triton baseline against the oracle on rows tagged 'tiny'."""
     from kda_lab.correctness import check_row
 
+    ensure_interpreter()
+    install_shims()
     bad_dtypes = [d for d in dtypes if d not in INTERPRETER_DTYPES]
     if bad_dtypes:
         raise InterpreterUnavailable(f"interpreter runs support {INTERPRETER_DTYPES}; not {bad_dtypes}")

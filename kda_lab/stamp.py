@@ -10,7 +10,6 @@ empty ledgers with the fixed header, the launcher, and production rows converted
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import re
 import shutil
@@ -63,9 +62,14 @@ def sglang_parameters(fn: str) -> list[str]:
     """Parameter names of SGLang's own definition of ``fn``, read from its source: on a CPU host the module
     attribute may be a ``(*args, **kwargs)`` fallback chosen by ``select_impl`` at import."""
     import ast
+    from importlib.util import find_spec
 
     module, _, name = sglang_definition(fn).partition(":")
-    tree = ast.parse(inspect.getsource(import_module(module)))
+    # Read the file, do not import it: some kernel modules fail to import on a CPU torch (norm_triton).
+    spec = find_spec(module)
+    if spec is None or spec.origin is None:
+        raise StampError(f"cannot find SGLang module {module}")
+    tree = ast.parse(Path(spec.origin).read_text())
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             a = node.args

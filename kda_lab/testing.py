@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,10 @@ from kda_lab.task import load_task, validate_task_dir
 
 
 def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
+    if os.environ.get("TRITON_INTERPRET") == "1":  # CPU hosts (conftest.py); GPU runs keep SGLang as it is
+        from kda_lab.interpret import install_shims
+
+        install_shims()
     task = load_task(Path(test_file).resolve().parents[1])
     tiny = [w.name for w in task.workloads if "tiny" in w.tags]
     by_name = {w.name: w for w in task.workloads}
