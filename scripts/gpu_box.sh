@@ -2,7 +2,7 @@
 # Run lab commands on the offline GPU box (the `device` tool): install the staged SGLang once per box, then
 # run each argument as one `kda` command, and pack every task's ledgers into $OUT/ledgers.tgz.
 #
-#   KDA_GIT_COMMIT=<sha> bash scripts/gpu_box.sh "doctor" "check <task>" "bench <task> --aa"
+#   KDA_GIT_COMMIT=<sha> [KDA_CMD_TIMEOUT=<s>] bash scripts/gpu_box.sh "doctor" "check <task>" "bench <task> --aa"
 #
 # The box receives a copy of the working tree without .git, so the commit comes in KDA_GIT_COMMIT.
 # Back here: scripts/unpack_ledgers.sh <files_at>/ledgers.tgz, then commit the ledgers.
@@ -29,9 +29,11 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 for cmd in "$@"; do
-  echo "== kda $cmd"
+  echo "== kda $cmd" | tee -a "$OUT/log.txt"
+  # KDA_CMD_TIMEOUT (seconds) bounds each command, so one slow task cannot take the whole call with it.
   # shellcheck disable=SC2086  # each argument is one kda command line, split on purpose
-  python3 -m kda_lab $cmd 2>&1 | tee -a "$OUT/log.txt" || status=1
+  timeout "${KDA_CMD_TIMEOUT:-0}" python3 -m kda_lab $cmd 2>&1 | tee -a "$OUT/log.txt" || status=1
+  # Pack after every command: a call cut off at its limit still brings back what finished.
+  tar czf "$OUT/ledgers.tgz" kernels/*/benchmark.csv kernels/*/solutions.jsonl
 done
-tar czf "$OUT/ledgers.tgz" kernels/*/benchmark.csv kernels/*/solutions.jsonl
 exit "$status"
