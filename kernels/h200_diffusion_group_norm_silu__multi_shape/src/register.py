@@ -146,9 +146,24 @@ def triton_group_norm_silu(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """Drop-in for sglang...group_norm_silu_triton.triton_group_norm_silu."""
-    if _in_contract(x, weight, bias, num_groups):
+    if _in_contract(x, weight, bias, num_groups) and _wins(x, num_groups):
         return load_extension().group_norm_silu(x, weight, bias, num_groups, float(eps), 0, 0, 0)
     return _baseline()(x, weight, bias, num_groups, eps)
+
+
+# Performance routing, from the lab's H200 bench (run 20261121-232414-945846, docs/notes.md): in fp16/bf16
+# the split path (groups > 240 KB: two reads, like SGLang's chunked path) ties or loses by up to 5%, and the
+# fused path for groups <= 16 KB loses 10% on the 0.5 MB row; there SGLang's own kernel runs. fp32 stays on
+# this kernel everywhere: SGLang's single-pass variance is wrong at large offsets (offset test rows).
+_ROUTE_MIN_GROUP_BYTES = 16 * 1024
+_ROUTE_MAX_GROUP_BYTES = 240 * 1024
+
+
+def _wins(x: torch.Tensor, num_groups: int) -> bool:
+    if x.dtype == torch.float32:
+        return True
+    group_bytes = (x.numel() // x.shape[0]) // num_groups * x.element_size()
+    return _ROUTE_MIN_GROUP_BYTES < group_bytes <= _ROUTE_MAX_GROUP_BYTES
 
 
 def apply_group_norm_silu(x: torch.Tensor, norm: torch.nn.Module, activation: torch.nn.Module) -> torch.Tensor:
