@@ -151,19 +151,25 @@ def triton_group_norm_silu(
     return _baseline()(x, weight, bias, num_groups, eps)
 
 
-# Performance routing, from the lab's H200 bench (run 20261121-232414-945846, docs/notes.md): in fp16/bf16
-# the split path (groups > 240 KB: two reads, like SGLang's chunked path) ties or loses by up to 5%, and the
-# fused path for groups <= 16 KB loses 10% on the 0.5 MB row; there SGLang's own kernel runs. fp32 stays on
-# this kernel everywhere: SGLang's single-pass variance is wrong at large offsets (offset test rows).
+# Performance routing, from the lab's H200 benches (runs 20261121-232414-945846 and 20261121-232834-2f3ed2,
+# docs/notes.md). In fp16/bf16, SGLang's chunked kernel runs near the two-read bound when the per-channel
+# spatial size is a multiple of 4096 (no masked tails): there this kernel's split path (also two reads) tied or
+# lost by up to 5%, so groups above the on-chip size with such sizes go to SGLang. The fused path for groups
+# <= 16 KB lost 10% on the 0.5 MB row: SGLang too. Everything else (tails, on-chip groups) is this kernel's win
+# (1.08x to 6.3x). fp32 stays here everywhere: SGLang's single-pass variance is wrong at large offsets.
 _ROUTE_MIN_GROUP_BYTES = 16 * 1024
-_ROUTE_MAX_GROUP_BYTES = 240 * 1024
+_ROUTE_ONCHIP_GROUP_BYTES = 240 * 1024
 
 
 def _wins(x: torch.Tensor, num_groups: int) -> bool:
     if x.dtype == torch.float32:
         return True
-    group_bytes = (x.numel() // x.shape[0]) // num_groups * x.element_size()
-    return _ROUTE_MIN_GROUP_BYTES < group_bytes <= _ROUTE_MAX_GROUP_BYTES
+    group_elems = (x.numel() // x.shape[0]) // num_groups
+    group_bytes = group_elems * x.element_size()
+    if group_bytes <= _ROUTE_MIN_GROUP_BYTES:
+        return False
+    spatial = x.numel() // (x.shape[0] * x.shape[1])
+    return group_bytes <= _ROUTE_ONCHIP_GROUP_BYTES or spatial % 4096 != 0
 
 
 def apply_group_norm_silu(x: torch.Tensor, norm: torch.nn.Module, activation: torch.nn.Module) -> torch.Tensor:
