@@ -1,0 +1,414 @@
+// Host side of the GroupNorm+SiLU kernels: plan selection and extern "C" launchers.
+// Pure CUDA (no torch headers):
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -c gns_kernels.cu
+// Every launcher takes raw pointers, sizes, eps and a cudaStream_t, enqueues only kernel
+// launches on that stream (no host syncs, no allocations: CUDA-graph capturable) and
+// returns a cudaError_t (0 = success) or a negative code for a contract violation.
+#include "gns_kernels.cuh"
+
+#include <map>
+#include <mutex>
+#include <stdio.h>
+#include <tuple>
+
+namespace gns {
+namespace {
+
+enum Dtype { kF16 = 0, kBF16 = 1, kF32 = 2 };
+
+constexpr int kErrArgs = -1;        // bad sizes / dtype
+constexpr int kErrWorkspace = -2;   // workspace missing or too small
+constexpr int kErrForced = -3;      // forced path not possible for this shape
+constexpr int kDefaultSmemCap = 200 * 1024;  // bytes of x per CTA on the on-chip path
+constexpr int kMaxDevices = 64;
+// Path C: stats tiles handed out ahead of the first apply tile, per SM (lag), and default
+// L2 hint bits (1 stats loads evict_last, 2 apply loads evict_first, 4 y stores evict_first).
+constexpr int kPipeLagPerSm = 4;
+// v3 routing thresholds (measured, notes.md): fused path C up to 16 KB groups (0.5 MB row:
+// 4.2 us against 5.3 on path A); cluster path A up to 240 KB groups (A beat B and C there).
+constexpr int64_t kPipeFusedMaxBytes = 16 * 1024;
+constexpr int64_t kOnChipMaxGroupBytes = 240 * 1024;
+constexpr int kPipeDefaultHints = 6;
+
+struct Plan {
+  int path = 0;      // 1 = cluster/on-chip, 2 = split stats + apply
+  int vec = 1;       // elements per vector access
+  int cs = 1;        // cluster size (path 1)
+  int slice_vec = 0; // vectors per CTA (path 1)
+  int threads = 0;   // CTA size (path 1)
+  size_t smem = 0;   // dynamic smem bytes (path 1)
+  int q = 0;         // stats partials per group (path 2)
+  int64_t tiles = 0; // apply tiles per group (path 2)
+  int64_t ws_bytes = 0;
+  int64_t lp = 0;    // path 3: stats tiles handed out before the first apply tile
+  int hints = 0;     // path 3: L2 eviction-hint bits
+  int64_t zero_off = 0, zero_bytes = 0;  // path 3: counters to clear before the launch
+};
+
+struct DevInfo {
+  int sms = 0;
+  int smem_optin = 0;
+};
+
+std::mutex g_mu;
+DevInfo g_dev[kMaxDevices];
+
+int current_device() {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
+}
+
+const DevInfo& dev_info(int dev) {
+  DevInfo& di = g_dev[dev];
+  if (di.sms == 0) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (di.sms == 0) {
+      int smem = 0, sms = 0;
+      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      di.smem_optin = smem;
+      di.sms = sms > 0 ? sms : 1;
+    }
+  }
+  return di;
+}
+
+FastDiv make_fastdiv(uint32_t d) {
+  uint32_t s = 0;
+  while ((1ull << s) < (uint64_t)d) ++s;
+  const uint64_t m = ((1ull << 32) * ((1ull << s) - (uint64_t)d)) / (uint64_t)d + 1ull;
+  return FastDiv{(uint32_t)m, s};
+}
+
+template <typename T, int VEC>
+cudaError_t setup_cluster_kernel(int dev) {
+  static int done[kMaxDevices] = {0};
+  if (done[dev]) return cudaSuccess;
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (done[dev]) return cudaSuccess;
+  auto kern = gns_cluster_kernel<T, VEC>;
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaFuncGetAttributes(&fa, kern);
+  if (e != cudaSuccess) return e;
+  int optin = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           optin - (int)fa.sharedSizeBytes);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) return e;
+  done[dev] = 1;
+  return cudaSuccess;
+}
+
+template <typename T, int VEC>
+int static_smem_cluster(int dev) {
+  static int cached[kMaxDevices] = {0};
+  if (cached[dev] == 0) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, gns_cluster_kernel<T, VEC>) != cudaSuccess) return 1 << 20;
+    cached[dev] = (int)fa.sharedSizeBytes + 1;
+  }
+  return cached[dev] - 1;
+}
+
+// Can a cluster of cs CTAs with this much dynamic smem be resident at all? (cached)
+template <typename T, int VEC>
+bool cluster_fits(int dev, int cs, int threads, size_t smem) {
+  static std::map<std::tuple<int, int, int, size_t>, int> cache;
+  const size_t bucket = (smem + 4095) / 4096 * 4096;
+  const auto key = std::make_tuple(dev, cs, threads, bucket);
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second > 0;
+  }
+  if (setup_cluster_kernel<T, VEC>(dev) != cudaSuccess) return false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cs * 64, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = bucket;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cs;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  cudaError_t e = cudaOccupancyMaxActiveClusters(&n, (void*)gns_cluster_kernel<T, VEC>, &cfg);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear
+    n = 0;
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  cache[key] = n;
+  return n > 0;
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename T, int VEC>
+int make_plan(int dev, int64_t D, int64_t total, int force_path, int force_cs, int smem_cap,
+              Plan* p) {
+  const DevInfo& di = dev_info(dev);
+  const int vbytes = (int)sizeof(T) * VEC;
+  const int64_t dvec = D / VEC;
+  p->vec = VEC;
+  int cap = smem_cap > 0 ? smem_cap : kDefaultSmemCap;
+  const int hw_cap = di.smem_optin - static_smem_cluster<T, VEC>(dev) - 64;
+  if (cap > hw_cap) cap = hw_cap;
+  // Auto routing (v3, from the H200 measurements in notes.md): groups of at most
+  // kPipeFusedMaxBytes that fit one path-C tile -> fused path C (one load round trip, no
+  // cluster); other groups up to kOnChipMaxGroupBytes -> cluster path A; larger -> split path B.
+  const bool auto_route = force_path == 0;
+  if (auto_route) {
+    const int64_t gbytes = dvec * vbytes;
+    if (dvec <= pipe_tile_vec<T, VEC>() && gbytes <= kPipeFusedMaxBytes) force_path = 3;
+    else if (gbytes <= kOnChipMaxGroupBytes) force_path = 1;
+    else force_path = 2;
+  }
+  if (force_path == 3) {
+    // Path C (pipe): fused one-tile groups, or lagged stats/apply tiles with L2 reuse.
+    const int64_t tv = pipe_tile_vec<T, VEC>();
+    const int64_t P = cdiv(dvec, tv);
+    if (P > 0x7fffffff || total * P * 2 > 0x7fffffffLL) return kErrArgs;
+    p->path = 3;
+    p->q = (int)P;
+    p->tiles = P;
+    p->hints = (smem_cap > 0) ? (smem_cap & 7) : kPipeDefaultHints;
+    if (P == 1) {
+      p->ws_bytes = 0;
+      p->lp = 0;
+      return 0;
+    }
+    const int64_t NS = total * P;
+    int64_t lp = force_cs > 0 ? (int64_t)force_cs : (int64_t)kPipeLagPerSm * di.sms;
+    if (lp < P) lp = P;  // required for deadlock freedom (see the kernel comment)
+    if (lp > NS) lp = NS;
+    p->lp = lp;
+    const int64_t part_b = NS * (int64_t)sizeof(float4);
+    const int64_t fin_b = cdiv(total * (int64_t)sizeof(float2), 16) * 16;
+    p->zero_off = part_b + fin_b;
+    p->zero_bytes = 16 + cdiv(total * 4, 16) * 16;
+    p->ws_bytes = p->zero_off + p->zero_bytes;
+    return 0;
+  }
+  if (force_path == 1) {
+    int cs = 0;
+    if (force_cs > 0) {
+      if (cdiv(dvec, force_cs) * vbytes <= cap) cs = force_cs;
+    } else {
+      for (int c = 1; c <= 16; c *= 2) {
+        if (cdiv(dvec, c) * vbytes <= cap) {
+          cs = c;
+          break;
+        }
+      }
+      // small groups: spread over more CTAs to fill the machine (latency-bound rows)
+      while (cs > 0 && cs < 8 && total * cs < 2 * (int64_t)di.sms &&
+             cdiv(dvec, 2 * cs) * vbytes >= 2048)
+        cs *= 2;
+    }
+    if (cs > 0) {
+      const int slice = (int)cdiv(dvec, cs);
+      const int threads = slice >= 2048 ? 512 : (slice >= 512 ? 256 : (slice >= 128 ? 128 : 64));
+      const size_t smem = (size_t)slice * vbytes;
+      bool ok = total * cs <= 0x7fffffffLL;
+      if (ok && cs >= 8) ok = cluster_fits<T, VEC>(dev, cs, threads, smem);
+      if (ok) {
+        p->path = 1;
+        p->cs = cs;
+        p->slice_vec = slice;
+        p->threads = threads;
+        p->smem = smem;
+        p->ws_bytes = 0;
+        return 0;
+      }
+    }
+    if (!auto_route) return kErrForced;  // auto: a cluster that cannot be resident -> path B
+  }
+  const int64_t ntiles1 = cdiv(dvec, (int64_t)kStatsThreads * stats_unroll<T, VEC>());
+  p->path = 2;
+  p->q = (int)ntiles1;  // partials per group
+  p->tiles = cdiv(dvec, (int64_t)kApplyThreads * kApplyUnroll);
+  p->ws_bytes = total * ntiles1 * (int64_t)sizeof(float4) + total * (int64_t)sizeof(float2);
+  const int64_t q = ntiles1;
+  if (total * q > 0x7fffffffLL || total * p->tiles > 0x7fffffffLL) return kErrArgs;
+  return 0;
+}
+
+template <typename T, int VEC>
+int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t ws_bytes,
+        int64_t N, int64_t C, int64_t HW, int64_t G, float eps, int force_path, int force_cs,
+        int smem_cap, cudaStream_t stream, Plan* out_plan, bool launch) {
+  const int dev = current_device();
+  if (dev < 0 || dev >= kMaxDevices) return kErrArgs;
+  const int64_t Cg = C / G;
+  const int64_t D = Cg * HW;
+  const int64_t total = N * G;
+  Plan p;
+  int rc = make_plan<T, VEC>(dev, D, total, force_path, force_cs, smem_cap, &p);
+  if (rc != 0) return rc;
+  if (out_plan) *out_plan = p;
+  if (!launch) return 0;
+  const FastDiv hw = make_fastdiv((uint32_t)HW);
+  const int uniform = (HW % VEC) == 0 ? 1 : 0;
+  const T* xp = static_cast<const T*>(x);
+  const T* wp = static_cast<const T*>(w);
+  const T* bp = static_cast<const T*>(b);
+  T* yp = static_cast<T*>(y);
+  if (p.path == 1) {
+    cudaError_t e = setup_cluster_kernel<T, VEC>(dev);
+    if (e != cudaSuccess) return (int)e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(total * p.cs), 1, 1);
+    cfg.blockDim = dim3(p.threads, 1, 1);
+    cfg.dynamicSmemBytes = p.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = p.cs;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, gns_cluster_kernel<T, VEC>, xp, wp, bp, yp, D, (int)G, (int)Cg,
+                           hw, p.slice_vec, p.cs, eps, uniform);
+    return (int)e;
+  }
+  if (p.path == 3) {
+    float4* part = nullptr;
+    float2* fin = nullptr;
+    uint32_t* cnt = nullptr;
+    unsigned long long* ticket = nullptr;
+    unsigned grid = (unsigned)total;
+    if (p.q > 1) {
+      if (ws == nullptr || ws_bytes < p.ws_bytes) return kErrWorkspace;
+      char* base = static_cast<char*>(ws);
+      part = reinterpret_cast<float4*>(base);
+      fin = reinterpret_cast<float2*>(base + total * p.q * (int64_t)sizeof(float4));
+      ticket = reinterpret_cast<unsigned long long*>(base + p.zero_off);
+      cnt = reinterpret_cast<uint32_t*>(base + p.zero_off + 16);
+      cudaError_t e = cudaMemsetAsync(base + p.zero_off, 0, (size_t)p.zero_bytes, stream);
+      if (e != cudaSuccess) return (int)e;
+      grid = (unsigned)(2 * total * p.q);
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid, 1, 1);
+    cfg.blockDim = dim3(kPipeThreads, 1, 1);
+    cfg.stream = stream;
+    return (int)cudaLaunchKernelEx(&cfg, gns_pipe_kernel<T, VEC>, xp, wp, bp, yp, D, (int)G,
+                                   (int)Cg, hw, eps, uniform, total, p.q, p.lp, p.hints, part, fin,
+                                   cnt, ticket);
+  }
+  if (ws == nullptr || ws_bytes < p.ws_bytes) return kErrWorkspace;
+  float4* wsp = static_cast<float4*>(ws);
+  float2* fin = reinterpret_cast<float2*>(static_cast<char*>(ws) + total * p.q * sizeof(float4));
+  {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(total * p.q), 1, 1);
+    cfg.blockDim = dim3(kStatsThreads, 1, 1);
+    cfg.stream = stream;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gns_stats_kernel<T, VEC>, xp, D, p.q, wsp);
+    if (e != cudaSuccess) return (int)e;
+  }
+  {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)total, 1, 1);
+    cfg.blockDim = dim3(kFinalThreads, 1, 1);
+    cfg.stream = stream;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gns_finalize_kernel, (const float4*)wsp, p.q, eps, fin);
+    if (e != cudaSuccess) return (int)e;
+  }
+  {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(total * p.tiles), 1, 1);
+    cfg.blockDim = dim3(kApplyThreads, 1, 1);
+    cfg.stream = stream;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gns_apply_kernel<T, VEC>, xp, wp, bp, yp, D, (int)G,
+                                       (int)Cg, hw, (const float2*)fin, uniform, p.tiles, total);
+    return (int)e;
+  }
+}
+
+int dispatch(const void* x, const void* w, const void* b, void* y, void* ws, int64_t ws_bytes,
+             int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, float eps, int force_path,
+             int force_cs, int smem_cap, cudaStream_t stream, Plan* out_plan, bool launch,
+             bool query_aligned) {
+  if (N <= 0 || C <= 0 || HW <= 0 || G <= 0 || C % G != 0) return kErrArgs;
+  const int64_t D = (C / G) * HW;
+  if (D >= 0x7fffffffLL) return kErrArgs;
+  const int es = dtype == kF32 ? 4 : 2;
+  const bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
+                       ((D * es) % 16 == 0);
+  // with launch == false the pointers may be null: the caller says whether they will be aligned
+  const bool vec_ok = launch ? aligned : (query_aligned && (D * es) % 16 == 0);
+  switch (dtype) {
+    case kF16:
+      return vec_ok ? run<__half, 8>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps, force_path,
+                                     force_cs, smem_cap, stream, out_plan, launch)
+                    : run<__half, 1>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps, force_path,
+                                     force_cs, smem_cap, stream, out_plan, launch);
+    case kBF16:
+      return vec_ok ? run<__nv_bfloat16, 8>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps,
+                                            force_path, force_cs, smem_cap, stream, out_plan,
+                                            launch)
+                    : run<__nv_bfloat16, 1>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps,
+                                            force_path, force_cs, smem_cap, stream, out_plan,
+                                            launch);
+    case kF32:
+      return vec_ok ? run<float, 4>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps, force_path,
+                                    force_cs, smem_cap, stream, out_plan, launch)
+                    : run<float, 1>(x, w, b, y, ws, ws_bytes, N, C, HW, G, eps, force_path,
+                                    force_cs, smem_cap, stream, out_plan, launch);
+    default:
+      return kErrArgs;
+  }
+}
+
+}  // namespace
+}  // namespace gns
+
+extern "C" {
+
+// Bytes of device workspace gns_forward needs (0 on the on-chip path).  x_aligned16: whether
+// x and y will be 16-byte aligned (torch allocations are).
+int64_t gns_workspace_bytes(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G,
+                            int x_aligned16, int force_path, int force_cs, int smem_cap) {
+  gns::Plan p;
+  int rc;
+  rc = gns::dispatch(nullptr, nullptr, nullptr, nullptr, nullptr, 0, dtype, N, C, HW, G, 0.f,
+                     force_path, force_cs, smem_cap, 0, &p, false, x_aligned16 != 0);
+  if (rc != 0) return rc < 0 ? rc : -100 - rc;
+  return p.ws_bytes;
+}
+
+// y = silu(group_norm(x)); returns 0 or an error code (cudaError_t > 0, contract < 0).
+int gns_forward(const void* x, const void* w, const void* b, void* y, void* ws, int64_t ws_bytes,
+                int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, float eps, int force_path,
+                int force_cs, int smem_cap, cudaStream_t stream) {
+  return gns::dispatch(x, w, b, y, ws, ws_bytes, dtype, N, C, HW, G, eps, force_path, force_cs,
+                       smem_cap, stream, nullptr, true, true);
+}
+
+// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem, q, tiles.
+int gns_describe(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int force_path,
+                 int force_cs, int smem_cap, int64_t* out8) {
+  gns::Plan p;
+  int rc = gns::dispatch(nullptr, nullptr, nullptr, nullptr, nullptr, 0, dtype, N, C, HW, G, 0.f,
+                         force_path, force_cs, smem_cap, 0, &p, false, true);
+  if (rc != 0) return rc;
+  out8[0] = p.path;
+  out8[1] = p.vec;
+  out8[2] = p.cs;
+  out8[3] = p.path == 3 ? p.lp : p.slice_vec;
+  out8[4] = p.threads;
+  out8[5] = p.path == 3 ? p.hints : (int64_t)p.smem;
+  out8[6] = p.q;
+  out8[7] = p.tiles;
+  return 0;
+}
+
+}  // extern "C"
