@@ -14,17 +14,17 @@ FUNCTIONS = (
 # triton_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu_triton:triton_group_norm_silu
 KDA_OPTIMIZED_triton_group_norm_silu = True
 KDA_TASK_triton_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "46a1e465eab106b6a3083f749ec5fbc3456079e5"}
+KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "b10580b50a983539c5e43b94d848207fd7d5eade"}
 KDA_DATE_triton_group_norm_silu: dict[str, str] = {"h200": "2026-11-21"}
-KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.5679}
+KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.6214}
 KDA_ARCHES_triton_group_norm_silu: tuple[str, ...] = ("h200",)
 
 # apply_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu:apply_group_norm_silu
 KDA_OPTIMIZED_apply_group_norm_silu = True
 KDA_TASK_apply_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "46a1e465eab106b6a3083f749ec5fbc3456079e5"}
+KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "b10580b50a983539c5e43b94d848207fd7d5eade"}
 KDA_DATE_apply_group_norm_silu: dict[str, str] = {"h200": "2026-11-21"}
-KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.5314}
+KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.5767}
 KDA_ARCHES_apply_group_norm_silu: tuple[str, ...] = ("h200",)
 
 

@@ -151,25 +151,25 @@ def triton_group_norm_silu(
     return _baseline()(x, weight, bias, num_groups, eps)
 
 
-# Performance routing, from the lab's H200 benches (runs 20261121-232414-945846 and 20261121-232834-2f3ed2,
-# docs/notes.md). In fp16/bf16, SGLang's chunked kernel runs near the two-read bound when the per-channel
-# spatial size is a multiple of 4096 (no masked tails): there this kernel's split path (also two reads) tied or
-# lost by up to 5%, so groups above the on-chip size with such sizes go to SGLang. The fused path for groups
-# <= 16 KB lost 10% on the 0.5 MB row: SGLang too. Everything else (tails, on-chip groups) is this kernel's win
-# (1.08x to 6.3x). fp32 stays here everywhere: SGLang's single-pass variance is wrong at large offsets.
+# Performance routing, from the lab's H200 benches (runs 20261121-232414-945846, -232834-2f3ed2,
+# -233051-90414c; docs/notes.md). In fp16/bf16, where SGLang takes its chunked path (groups of >= 2^18
+# elements) and the per-channel spatial size is a multiple of 4096 (no masked tails), SGLang runs near the
+# two-read bound and this kernel's split path (also two reads) tied or lost by up to 5%: SGLang runs there.
+# Groups of <= 16 KB lost 10% on the 0.5 MB row: SGLang too. Everywhere else (SGLang's one-pass path with
+# 32 CTAs, tails) this kernel wins 1.08x to 6.3x. fp32 stays here: SGLang's single-pass variance is wrong
+# at large offsets.
 _ROUTE_MIN_GROUP_BYTES = 16 * 1024
-_ROUTE_ONCHIP_GROUP_BYTES = 240 * 1024
+_SGLANG_CHUNKED_GROUP_ELEMS = 2**18
 
 
 def _wins(x: torch.Tensor, num_groups: int) -> bool:
     if x.dtype == torch.float32:
         return True
     group_elems = (x.numel() // x.shape[0]) // num_groups
-    group_bytes = group_elems * x.element_size()
-    if group_bytes <= _ROUTE_MIN_GROUP_BYTES:
+    if group_elems * x.element_size() <= _ROUTE_MIN_GROUP_BYTES:
         return False
     spatial = x.numel() // (x.shape[0] * x.shape[1])
-    return group_bytes <= _ROUTE_ONCHIP_GROUP_BYTES or spatial % 4096 != 0
+    return not (group_elems >= _SGLANG_CHUNKED_GROUP_ELEMS and spatial % 4096 == 0)
 
 
 def apply_group_norm_silu(x: torch.Tensor, norm: torch.nn.Module, activation: torch.nn.Module) -> torch.Tensor:
