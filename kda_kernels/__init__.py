@@ -19,7 +19,8 @@ from typing import Any
 
 from kda_kernels.registry import FAMILIES, TARGETS, SwapTarget
 
-__all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "install", "kda_object", "status", "uninstall"]
+__all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "install", "kda_object", "lazy_baseline", "status",
+           "uninstall"]
 __version__ = "0.1.0"
 
 
@@ -57,3 +58,21 @@ def baseline(function: str) -> Callable[..., Any]:
     from kda_kernels import overlay
 
     return overlay.baseline(function)
+
+
+def lazy_baseline(function: str) -> Callable[..., Any]:
+    """A callable forwarding to SGLang's original ``function``, resolved on its first call, never at import:
+    some SGLang kernel modules cannot be imported on a CPU host (norm_triton) or without CuTe DSL, and a task's
+    ``register.py`` must import anywhere. Candidates use it for their fallback path (never the KDA object)."""
+    if not any(t.function == function for t in TARGETS):
+        raise KeyError(f"{function!r} is not an SGLang function the overlay knows")
+    target: list[Callable[..., Any]] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not target:
+            target.append(baseline(function))
+        return target[0](*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = function
+    call.__doc__ = f"SGLang 0.5.23's {function}, resolved on first call (kda_kernels.lazy_baseline)."
+    return call

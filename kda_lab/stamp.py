@@ -184,7 +184,7 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
                                     for fn in fns),
         "function_names": ", ".join(f"`{fn}`" for fn in fns),
         "production_table": production_table,
-        "exports": "".join(f'    "{fn}": _facade.{fn},\n' for fn in fns),
+        "exports": "".join(f'    "{fn}": lazy_baseline("{fn}"),\n' for fn in fns),
         **facts,
     }
     for src in TEMPLATE_DIR.rglob("*"):
