@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 DURATION = "gpu__time_duration.sum"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+# ncu 2025.3 on the H200 box exports DRAM % of peak as gpu__dram_throughput (dram__throughput is absent).
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {DRAM_PCT: ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",)}
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 DRAM_BYTES = "dram__bytes.sum"
@@ -131,7 +133,13 @@ class Kernel:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
-        return self.metrics.get(name)
+        value = self.metrics.get(name)
+        if value is None:  # the same quantity under another name in some ncu versions
+            for alias in METRIC_ALIASES.get(name, ()):
+                value = self.metrics.get(alias)
+                if value is not None:
+                    break
+        return value
 
     @property
     def short_name(self) -> str:

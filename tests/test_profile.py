@@ -305,3 +305,16 @@ def test_ncu_failure_is_reported_with_its_output(lab_copy: Path, tmp_path: Path,
     assert kda_main(["profile", FSS, "--row", ROW, "--ncu", str(fake), "--impl", "baseline"]) == 2
     assert "NVreg_RestrictProfilingToAdminUsers=0" in capsys.readouterr().err
 
+
+
+def test_real_h200_capture_parses():
+    """A real `ncu --page raw --csv` export from the H200 box (SGLang's select01 LayerNorm, 2026-11-21):
+    ncu 2025.3 names DRAM % of peak gpu__dram_throughput, which the parser must pick up."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures/ncu/h200_select01_baseline_raw_real.csv").read_text()
+    (k,) = ncu.parse_csv(text)
+    assert "select01" in k.name
+    assert k.duration_us == pytest.approx(39.9, abs=0.1)
+    assert k.get(ncu.DRAM_PCT) == pytest.approx(67.08, abs=0.01)
+    assert "DRAM at 0%" not in ncu.suggest([k])
