@@ -337,3 +337,20 @@ def test_documented_flags_exist():
             if "export.py" in line:
                 for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line):
                     assert flag in known, f"{readme.name}: {flag} is not an export.py option"
+
+
+def test_a_later_run_without_production_rows_keeps_the_evidence(lab, capsys):
+    """An end-to-end or test-rows-only run at the same hash (mode bench) is not a benchmark of the production
+    table: it neither replaces nor invalidates the evidence run (seen for real with the VAE-block rows)."""
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, GOOD, run_id="run-1")
+    ledger.append_benchmark_rows(lab / "kernels" / SLUG, [{
+        "run_id": "e2e-1", "task": SLUG, "arch": "h200", "mode": "bench", "candidate_id": "c001", "source_hash": h,
+        "function": "e2e:block", "row": "block", "row_kind": "test", "speedup": 0.5, "gpu_name": "NVIDIA H200",
+        "gpu_cc": "9.0", "driver": "570", "torch": "2.9", "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23",
+        "git_commit": "feedc0de", "command": "e2e"}])
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 0, out
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 0, out

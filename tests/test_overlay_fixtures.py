@@ -228,9 +228,19 @@ def register_source(functions: list[str], extra: str = "") -> str:
 # ------------------------------------------------------------------------------------------ fixture trees
 
 def copy_package(dest_root: Path) -> Path:
+    """A copy of the real kda_kernels with nothing promoted: real exports (e.g. the H200 GroupNorm) are removed
+    and the family __init__ files re-rendered, so fixtures start from a known-empty overlay."""
     dest_root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "kda_kernels", dest_root / "kda_kernels",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+    ex = load_exporter()
+    for fam in (dest_root / "kda_kernels" / "diffusion").iterdir():
+        if not (fam / "__init__.py").exists():
+            continue
+        for arch_dir in (fam / "_impls").glob("*"):
+            if arch_dir.is_dir():
+                shutil.rmtree(arch_dir)
+        (fam / "__init__.py").write_text(ex.render_family_init(fam.name, {}))
     return dest_root
 
 

@@ -182,8 +182,11 @@ def gather_evidence(task: TaskMeta, h: str) -> Evidence:
     runs: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         if (r.get("mode") == "bench" and r.get("source_hash") == h and r.get("arch") == task.arch
-                and r.get("run_id") not in superseded):
+                and r.get("run_id") not in superseded and r.get("function") in task.functions):
             runs.setdefault(r["run_id"], []).append(r)
+    # Evidence is a run over the production table: a later run of extra rows (test rows, an end-to-end
+    # measurement) at the same hash neither replaces nor invalidates it.
+    runs = {rid: rr for rid, rr in runs.items() if any(r.get("row_kind") == "production" for r in rr)}
     if not runs:
         other = sorted({r.get("source_hash") for r in rows if r.get("mode") == "bench"
                         and r.get("arch") == task.arch} - {h})
