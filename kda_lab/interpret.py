@@ -68,8 +68,26 @@ def _find_def(module: Any, name: str) -> ast.FunctionDef:
     raise LookupError(f"{module.__name__} defines no function {name}")
 
 
+# (module, function) -> builder, for wrappers the generic recompile cannot run on CPU. Family shim modules
+# register their builders here (route()); everything else takes the generic path.
+ROUTES: dict[tuple[str, str], Callable[[str, str], Callable[..., Any]]] = {}
+
+
+def route(keys: set[tuple[str, str]], builder: Callable[[str, str], Callable[..., Any]]) -> bool:
+    """Send ``interpretable(module, fn)`` for ``keys`` to ``builder``; returns whether that changed anything."""
+    changed = any(ROUTES.get(k) is not builder for k in keys)
+    ROUTES.update(dict.fromkeys(keys, builder))
+    return changed
+
+
 def interpretable(module_name: str, fn_name: str) -> Callable[..., Any]:
-    """SGLang's Triton wrapper ``module:fn`` recompiled without its CUDA-device asserts."""
+    """SGLang's Triton wrapper ``module:fn``, runnable on CPU tensors in the interpreter."""
+    builder = ROUTES.get((module_name, fn_name))
+    return builder(module_name, fn_name) if builder is not None else recompiled(module_name, fn_name)
+
+
+def recompiled(module_name: str, fn_name: str) -> Callable[..., Any]:
+    """The generic path: the wrapper's source recompiled without its CUDA-device asserts."""
     ensure_interpreter()
     force_cuda_platform()
     module = importlib.import_module(module_name)

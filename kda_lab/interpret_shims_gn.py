@@ -93,20 +93,7 @@ def interpretable_group_norm(module_name: str, fn_name: str) -> Callable[..., An
 
 
 def install() -> bool:
-    """Route ``kda_lab.interpret.interpretable`` to the group-norm shims; returns whether it changed anything."""
+    """Route ``kda_lab.interpret.interpretable`` to the group-norm shim; returns whether it changed anything."""
     import kda_lab.interpret as interp
 
-    current = interp.interpretable
-    if getattr(current, "_kda_group_norm_shim", False):
-        return False
-
-    def interpretable(module_name: str, fn_name: str) -> Callable[..., Any]:
-        if (module_name, fn_name) in SHIMMED:
-            return interpretable_group_norm(module_name, fn_name)
-        return current(module_name, fn_name)
-
-    interpretable._kda_group_norm_shim = True  # type: ignore[attr-defined]
-    interpretable.__wrapped__ = current  # type: ignore[attr-defined]
-    interpretable.__doc__ = current.__doc__
-    interp.interpretable = interpretable
-    return True
+    return interp.route(SHIMMED, interpretable_group_norm)

@@ -73,21 +73,4 @@ def install() -> bool:
     """Route ``kda_lab.interpret.interpretable`` to the one-pass shim; returns whether it changed anything."""
     import kda_lab.interpret as interp
 
-    current = interp.interpretable
-    seen, f = set(), current
-    while f is not None and id(f) not in seen:  # already in the chain (other shims may wrap ours)
-        if getattr(f, "_kda_norm_shim", False):
-            return False
-        seen.add(id(f))
-        f = getattr(f, "__wrapped__", None)
-
-    def interpretable(module_name: str, fn_name: str) -> Callable[..., Any]:
-        if (module_name, fn_name) in SHIMMED:
-            return interpretable_one_pass(module_name, fn_name)
-        return current(module_name, fn_name)
-
-    interpretable._kda_norm_shim = True  # type: ignore[attr-defined]
-    interpretable.__wrapped__ = current  # type: ignore[attr-defined]
-    interpretable.__doc__ = current.__doc__
-    interp.interpretable = interpretable
-    return True
+    return interp.route(SHIMMED, interpretable_one_pass)

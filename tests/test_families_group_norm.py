@@ -271,7 +271,8 @@ def test_install_routes_only_the_group_norm_functions(monkeypatch: pytest.Monkey
     from kda_lab import interpret_shims_gn
 
     seen = []
-    monkeypatch.setattr(interp, "interpretable", lambda m, f: seen.append((m, f)) or "stock")
+    monkeypatch.setattr(interp, "ROUTES", {})
+    monkeypatch.setattr(interp, "recompiled", lambda m, f: seen.append((m, f)) or "stock")
     monkeypatch.setattr(interpret_shims_gn, "interpretable_group_norm", lambda m, f: "shim")
     assert interpret_shims_gn.install() is True
     assert interpret_shims_gn.install() is False  # idempotent
