@@ -26,6 +26,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from kda_lab.families import DIFFUSION_FAMILIES
+
 __all__ = [
     "CANONICAL_ORDER",
     "FAMILY_ORDER",
@@ -44,16 +46,8 @@ LAUNCH_DIR = Path("scripts/launch_kernels")
 
 ORDER_FILE = "order.txt"
 
-FAMILY_ORDER: tuple[str, ...] = (
-    "qknorm_rope",
-    "norm_infer",
-    "group_norm_silu",
-    "rotary_embedding",
-    "fuse_scale_shift",
-    "norm_tanh_mul_add",
-    "norm_scale_shift",
-)
-"""Diffusion families in launcher order (DESIGN.md, "Families")."""
+FAMILY_ORDER: tuple[str, ...] = DIFFUSION_FAMILIES
+"""Diffusion families in launcher order: the lab's family order (DESIGN.md, "Families")."""
 
 CANONICAL_ORDER: tuple[str, ...] = (
     "b200_int8_scaled_mm__m64_n2048_k2048_bias",

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from importlib import import_module
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from kda_lab.families.base import FunctionContract
+if TYPE_CHECKING:  # the family tables stay importable without torch (the launcher generator reads them)
+    from kda_lab.families.base import FunctionContract
 
-FAMILIES: tuple[str, ...] = (
+# The seven SGLang diffusion families, in the lab's order (DESIGN.md "Families"; launcher numbering follows it).
+DIFFUSION_FAMILIES: tuple[str, ...] = (
     "qknorm_rope", "norm_infer", "group_norm_silu", "rotary_embedding",
     "fuse_scale_shift", "norm_tanh_mul_add", "norm_scale_shift",
-    "int8_scaled_mm", "mha",  # the single-shape reference tasks (not diffusion kernels; no facade entry)
 )
+# The single-shape reference tasks (not diffusion kernels; no facade entry).
+REFERENCE_FAMILIES: tuple[str, ...] = ("int8_scaled_mm", "mha")
+FAMILIES: tuple[str, ...] = DIFFUSION_FAMILIES + REFERENCE_FAMILIES
 
 # SGLang 0.5.23 functions per family (../shared/DESIGN.md).
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
@@ -58,4 +63,4 @@ def contract(family: str, fn: str) -> FunctionContract:
     return functions[fn]
 
 
-__all__ = ["FAMILIES", "FAMILY_FUNCTIONS", "FunctionContract", "contract", "family_module", "FamilyNotImplemented"]
+__all__ = ["DIFFUSION_FAMILIES", "FAMILIES", "REFERENCE_FAMILIES", "FAMILY_FUNCTIONS", "contract", "family_module", "FamilyNotImplemented"]
