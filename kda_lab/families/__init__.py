@@ -10,32 +10,21 @@ from importlib import import_module
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from kda_kernels.registry import FAMILIES as _SWAP_FAMILIES
+
 if TYPE_CHECKING:  # the family tables stay importable without torch (the launcher generator reads them)
     from kda_lab.families.base import FunctionContract
 
-# The seven SGLang diffusion families, in the lab's order (DESIGN.md "Families"; launcher numbering follows it).
-DIFFUSION_FAMILIES: tuple[str, ...] = (
-    "qknorm_rope", "norm_infer", "group_norm_silu", "rotary_embedding",
-    "fuse_scale_shift", "norm_tanh_mul_add", "norm_scale_shift",
-)
-# The single-shape reference tasks (not diffusion kernels; no facade entry).
+# The seven SGLang diffusion families and their SGLang 0.5.23 functions come from the overlay's registry of swap
+# targets (one source of truth; DESIGN.md "Families" order, which launcher numbering follows).
+DIFFUSION_FAMILIES: tuple[str, ...] = tuple(_SWAP_FAMILIES)
+# The single-shape reference tasks (not diffusion kernels, no facade entry); the function names are the lab's
+# and their baselines live in kda_lab/baselines.py.
 REFERENCE_FAMILIES: tuple[str, ...] = ("int8_scaled_mm", "mha")
 FAMILIES: tuple[str, ...] = DIFFUSION_FAMILIES + REFERENCE_FAMILIES
 
-# SGLang 0.5.23 functions per family (../shared/DESIGN.md).
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "qknorm_rope": ("fused_inplace_qknorm_rope",),
-    "norm_infer": ("norm_infer", "triton_one_pass_rms_norm"),
-    "group_norm_silu": ("triton_group_norm_silu", "apply_group_norm_silu"),
-    "rotary_embedding": ("apply_rotary_embedding", "apply_ltx2_split_rotary_emb"),
-    "fuse_scale_shift": (
-        "fuse_scale_shift_kernel",
-        "fuse_layernorm_scale_shift_gate_select01_kernel",
-        "fuse_residual_layernorm_scale_shift_gate_select01_kernel",
-    ),
-    "norm_tanh_mul_add": ("rmsnorm_scale", "rmsnorm_tanh_residual"),
-    "norm_scale_shift": ("fused_norm_scale_shift", "fused_scale_residual_norm_scale_shift"),
-    # Reference tasks: the function names are the lab's (their baselines live in kda_lab/baselines.py).
+    **_SWAP_FAMILIES,
     "int8_scaled_mm": ("int8_scaled_mm",),
     "mha": ("mha_forward",),
 }
