@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from kda_lab.families import contract
+from kda_lab.sglang_source import find_def
 
 INTERPRETER_DTYPES = ("float32", "float16")
 # Family shims for wrappers the generic recompile cannot run on CPU (each idempotent, each touching only the
@@ -54,18 +54,10 @@ def force_cuda_platform() -> None:
         torch.cpu.get_device_properties = lambda *a, **k: type("Props", (), {"multi_processor_count": 4})()
 
 
-class _StripCudaAsserts(ast.NodeTransformer):
+class StripCudaAsserts(ast.NodeTransformer):
     def visit_Assert(self, node: ast.Assert) -> Any:
         text = ast.unparse(node.test)
         return None if ("is_cuda" in text or "is_xpu" in text) else node
-
-
-def _find_def(module: Any, name: str) -> ast.FunctionDef:
-    tree = ast.parse(inspect.getsource(module))
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    raise LookupError(f"{module.__name__} defines no function {name}")
 
 
 # (module, function) -> builder, for wrappers the generic recompile cannot run on CPU. Family shim modules
@@ -91,7 +83,7 @@ def recompiled(module_name: str, fn_name: str) -> Callable[..., Any]:
     ensure_interpreter()
     force_cuda_platform()
     module = importlib.import_module(module_name)
-    node = _StripCudaAsserts().visit(_find_def(module, fn_name))
+    node = StripCudaAsserts().visit(find_def(module_name, fn_name))
     node.decorator_list = []
     code = compile(ast.Module(body=[ast.fix_missing_locations(node)], type_ignores=[]),
                    f"<interpretable {module_name}.{fn_name}>", "exec")

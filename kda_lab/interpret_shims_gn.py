@@ -64,7 +64,8 @@ class _CpuAsCuda(ast.NodeTransformer):
 
 
 def _recompile(module_name: str, extra: dict[str, Any]) -> dict[str, Any]:
-    from kda_lab.interpret import _find_def, ensure_interpreter, force_cuda_platform
+    from kda_lab.interpret import ensure_interpreter, force_cuda_platform
+    from kda_lab.sglang_source import find_def
 
     ensure_interpreter()
     force_cuda_platform()
@@ -73,7 +74,7 @@ def _recompile(module_name: str, extra: dict[str, Any]) -> dict[str, Any]:
     namespace[_NULLCONTEXT] = contextlib.nullcontext
     namespace.update(extra)
     for fn_name in _WRAPPERS[module_name]:
-        node = _CpuAsCuda().visit(_find_def(module, fn_name))
+        node = _CpuAsCuda().visit(find_def(module.__name__, fn_name))
         node.decorator_list = []
         code = compile(ast.Module(body=[ast.fix_missing_locations(node)], type_ignores=[]),
                        f"<interpretable {module_name}.{fn_name} (group-norm shim)>", "exec")

@@ -27,6 +27,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from kda_lab.interpret import StripCudaAsserts
+
 ONE_PASS_MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_onepass_triton"
 ONE_PASS_CUDA_OP = "_triton_one_pass_rms_norm_cuda"
 ONE_PASS = "triton_one_pass_rms_norm"
@@ -35,7 +37,7 @@ SHIMMED = {(ONE_PASS_MODULE, ONE_PASS)}
 _NULLCONTEXT = "_kda_nullcontext"
 
 
-class _NoDeviceGuard(ast.NodeTransformer):
+class _NoDeviceGuard(StripCudaAsserts):
     """``torch.get_device_module().device(d)`` -> ``nullcontext()``; CUDA-device asserts removed."""
 
     def visit_Call(self, node: ast.Call) -> Any:
@@ -44,16 +46,13 @@ class _NoDeviceGuard(ast.NodeTransformer):
             return ast.copy_location(ast.Call(func=ast.Name(_NULLCONTEXT, ast.Load()), args=[], keywords=[]), node)
         return node
 
-    def visit_Assert(self, node: ast.Assert) -> Any:
-        text = ast.unparse(node.test)
-        return None if ("is_cuda" in text or "is_xpu" in text) else node
-
 
 def interpretable_one_pass(module_name: str = ONE_PASS_MODULE, fn_name: str = ONE_PASS) -> Callable[..., Any]:
     """SGLang's ``triton_one_pass_rms_norm`` runnable on CPU tensors in the Triton interpreter."""
     if (module_name, fn_name) not in SHIMMED:
         raise LookupError(f"no norm shim for {module_name}:{fn_name}; shimmed: {sorted(SHIMMED)}")
-    from kda_lab.interpret import _find_def, ensure_interpreter, force_cuda_platform
+    from kda_lab.interpret import ensure_interpreter, force_cuda_platform
+    from kda_lab.sglang_source import find_def
 
     ensure_interpreter()
     force_cuda_platform()
@@ -61,7 +60,7 @@ def interpretable_one_pass(module_name: str = ONE_PASS_MODULE, fn_name: str = ON
     namespace = dict(vars(module))
     namespace[_NULLCONTEXT] = contextlib.nullcontext
     for name in _WRAPPERS:
-        node = _NoDeviceGuard().visit(_find_def(module, name))
+        node = _NoDeviceGuard().visit(find_def(module.__name__, name))
         node.decorator_list = []
         code = compile(ast.Module(body=[ast.fix_missing_locations(node)], type_ignores=[]),
                        f"<interpretable {module_name}.{name} (norm shim)>", "exec")

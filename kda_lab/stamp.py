@@ -21,6 +21,7 @@ from typing import Any
 from kda_lab import ARCH_CAPABILITY, ledger
 from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.paths import kernels_dir, repo_root
+from kda_lab.sglang_source import parameters
 from kda_lab.task import TaskError
 
 TEMPLATE_DIR = Path(__file__).parent / "templates" / "task"
@@ -59,22 +60,12 @@ def sglang_definition(fn: str) -> str:
 
 
 def sglang_parameters(fn: str) -> list[str]:
-    """Parameter names of SGLang's own definition of ``fn``, read from its source: on a CPU host the module
-    attribute may be a ``(*args, **kwargs)`` fallback chosen by ``select_impl`` at import."""
-    import ast
-    from importlib.util import find_spec
-
+    """Parameter names of SGLang's own definition of ``fn``, read from its source (sglang_source)."""
     module, _, name = sglang_definition(fn).partition(":")
-    # Read the file, do not import it: some kernel modules fail to import on a CPU torch (norm_triton).
-    spec = find_spec(module)
-    if spec is None or spec.origin is None:
-        raise StampError(f"cannot find SGLang module {module}")
-    tree = ast.parse(Path(spec.origin).read_text())
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            a = node.args
-            return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-    raise StampError(f"{module} defines no function {name}")
+    try:
+        return parameters(module, name)
+    except LookupError as e:
+        raise StampError(str(e)) from e
 
 
 def _functions_toml(family: str) -> str:
