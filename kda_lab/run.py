@@ -117,7 +117,8 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
         for s in range(seeds):
             report.results += check_row(task, w, c, impls, base_seed + s, device)
         gc.collect()
-        torch.cuda.empty_cache() if device.type == "cuda" else None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     for r in report.results:
         if not r.ok:
             show(r.describe())

@@ -50,10 +50,6 @@ def interleaved_order(impls: Sequence[str], trials: int, seed: int) -> list[list
     return order
 
 
-def speedup(baseline_us: float, candidate_us: float) -> float:
-    return baseline_us / candidate_us
-
-
 def aa_spread(speedups: Sequence[float]) -> dict[str, float]:
     """For an A/A run (baseline vs itself): geomean and the largest per-row deviation from 1."""
     vals = [s for s in speedups if s and s > 0]
