@@ -282,3 +282,14 @@ def test_stage_scripts_are_strict_and_executable(script: str) -> None:
     path = REPO / "scripts" / script
     assert os.access(path, os.X_OK)
     assert "set -euo pipefail" in path.read_text()
+
+
+def test_a_missing_pin_stops_the_stage_before_any_download(tmp_path: Path) -> None:
+    repo = checkout(tmp_path)
+    gpu_txt = repo / "requirements" / "gpu.txt"
+    gpu_txt.write_text("".join(ln for ln in gpu_txt.read_text().splitlines(keepends=True)
+                               if not ln.startswith("nvidia-cutlass-dsl-libs-core==")))
+    env = clean_env(tmp_path, KDA_STAGE_WHEELS=str(tmp_path))
+    r = run(["bash", "scripts/gpu_stage.sh"], env, repo)
+    assert r.returncode == 2 and "no nvidia-cutlass-dsl-libs-core==VERSION line in requirements/gpu.txt" in r.stderr
+    assert not (tmp_path / "cache").exists() and not (repo / ".gpu-stage-a").exists()
