@@ -64,7 +64,8 @@ def _sgl_int8_scaled_mm() -> Callable[..., torch.Tensor]:
         raise BaselineUnavailable(
             f"the int8_scaled_mm baseline is sgl_kernel.int8_scaled_mm (SGLang 0.5.23's W8A8 GEMM), and sgl_kernel "
             f"does not import here: {e}. Install the sgl-kernel wheel matching SGLang 0.5.23 for this CUDA/torch "
-            f"(`pip install sgl-kernel`, or stage it with ../shared/gpu/) on the GPU machine.") from e
+            f"(`pip install sgl-kernel`) on the GPU machine; the offline box's staged environment "
+            f"(scripts/gpu_stage.sh) does not include it.") from e
     return int8_scaled_mm
 
 
@@ -115,7 +116,8 @@ def _fa4_varlen() -> Callable[..., Any]:
         raise BaselineUnavailable(
             "SGLang 0.5.23's vendored FlashAttention-4 (sglang.kernels.ops.attention.flash_attn.cute) does not import "
             f"here: {fa4._flash_attn_import_error!r}. It needs the CuTe DSL (nvidia-cutlass-dsl==4.8.0 with its "
-            "libs, cuda-bindings) on the GPU machine: see the GPU requirements file / ../shared/gpu/.")
+            "libs, cuda-bindings) on the GPU machine: requirements/gpu.txt, or on the offline box the second "
+            "folder of scripts/gpu_stage.sh (docs/gpu-box.md).")
     return fa4.flash_attn_varlen_func
 
 

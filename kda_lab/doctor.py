@@ -55,10 +55,11 @@ def checks() -> list[Check]:
     out.append(("triton", bool(_dist("triton")), _dist("triton"), "pip install triton==3.6.0"))
     sgl = _dist("sglang") or _module_version("sglang")
     out.append(("sglang", sgl == "0.5.23", sgl or "missing",
-                "pip install --no-deps sglang==0.5.23 (then requirements/cpu.txt for its import deps)"))
+                "pip install --no-deps -r requirements/sglang.txt, its import deps from requirements/cpu.txt (CPU) "
+                "or requirements/gpu.txt (GPU machine)"))
     cute = _dist("nvidia-cutlass-dsl") or ("present" if _module_version("cutlass") else "")
     out.append(("CuTe DSL", bool(cute), cute or "missing",
-                "pip install --no-deps nvidia-cutlass-dsl==4.8.0 (GPU box: ../shared/gpu/README.md stage b)"))
+                "pip install -r requirements/gpu.txt (offline GPU box: scripts/gpu_stage.sh, docs/gpu-box.md)"))
     claude = _run(["claude", "--version"])
     out.append(("Claude Code", bool(claude), claude or "missing", "npm install -g @anthropic-ai/claude-code"))
     humanize = _find_humanize()

@@ -1,6 +1,6 @@
 """Run SGLang's real Triton kernels on a CPU host, in Triton's interpreter (``TRITON_INTERPRET=1``).
 
-Shims, each as small as it can be (see ../shared/reference notes):
+Shims, each as small as it can be:
 - the platform key is forced to "cuda" before a kernel module is imported, so ``select_impl`` keeps the
   Triton implementation instead of the CPU fallback;
 - ``is_cuda`` asserts in the Python wrapper are removed from a recompiled copy of that one function (the

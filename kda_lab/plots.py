@@ -3,16 +3,20 @@
 Per task, under ``docs/plots/<task>/``:
 
 - ``speedup.png``: per production row, speedup vs SGLang for the benchmarked candidates (each candidate's best
-  run), the torch.compile peer and the latest A/A run; bars start at 1.0 (= SGLang), the A/A band is shaded;
+  run), the torch.compile peer and the latest A/A run; the A/A band is shaded around 1.0 (= SGLang);
 - ``tbps.png``: per production row, TB/s of SGLang and the candidates by the byte model, and the same-size copy
-  yardstick measured in the same run (x markers);
+  yardstick measured in the same run;
 - ``lineage.png``: geomean of every bench run per candidate in lineage order, and the best-so-far line.
 
-Rows are horizontal bars labelled with the row name and its size, so long names stay legible.
+The two per-row plots are a grid so that a task of a hundred rows fits a screen: one row of panels per
+function, one column per size class (:data:`SIZE_CLASSES`); in a panel each production row is one line,
+smallest at the top, labelled with its name and size, with one marker per series.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +30,12 @@ COMPILE_COLOR = "#9467bd"
 COPY_COLOR = "#000000"
 CANDIDATE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 PNG_META = {"Software": None}
+# Upper byte bounds of the grid's columns. Under ~8 MB a graph-replayed kernel's fixed cost (~2 µs) is at least
+# the time its bytes take at the copy ceiling (docs/h200-baselines.md); from 64 MB on the report summarizes
+# `sol` (report.LARGE_ROW_BYTES).
+SIZE_CLASSES = ((8e6, "under 8 MB (launch bound)"), (64e6, "8–64 MB"), (math.inf, "64 MB and up (sol counted)"))
+ROW_INCH = 0.16  # height of one production row in a panel
+PANEL_INCH = 4.6  # width of one panel, labels included
 
 
 def _plt() -> Any:
@@ -34,7 +44,8 @@ def _plt() -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "figure.dpi": 100})
+    plt.rcParams.update({"font.size": 8, "axes.titlesize": 8.5, "legend.fontsize": 8, "figure.dpi": 100,
+                         "ytick.labelsize": 7})
     return plt
 
 
@@ -53,19 +64,42 @@ def _cand_label(t: TaskReport, run: Run) -> str:
     return f"{run.candidate_id} ({status}, run {run.date})"
 
 
-def _rows(t: TaskReport, runs: list[Run]) -> list[str]:
-    seen = {r["row"] for run in runs for r in run.rows}
-    order = [n for n, _ in t.production if n in seen]
-    return order + sorted(seen - set(order))
+def size_class(nbytes: float | None) -> str:
+    return next(label for bound, label in SIZE_CLASSES if (nbytes or 0) < bound)
 
 
-def _label(row: str, runs: list[Run]) -> str:
+@dataclass
+class Grid:
+    """The panels of a per-row plot: ``cells[(function, size class)]`` lists its rows, smallest first."""
+
+    functions: list[str]  # panel rows, in task.toml order
+    classes: list[str]  # panel columns: the size classes that have rows, smallest first
+    cells: dict[tuple[str, str], list[str]]
+    labels: dict[str, str]  # row -> "name  (size)"
+
+    def rows(self) -> list[str]:
+        return [r for f in self.functions for c in self.classes for r in self.cells.get((f, c), [])]
+
+
+def grid(t: TaskReport, runs: list[Run]) -> Grid:
+    """Every production row measured in ``runs``, placed by its function and its size (bytes by the byte model)."""
+    info: dict[str, tuple[str, float | None]] = {}
     for run in runs:
         for r in run.rows:
-            if r["row"] == row and r["bytes"]:
-                mb = r["bytes"] / 1e6
-                return f"{row}  ({mb:.1f} MB)" if mb >= 1 else f"{row}  ({mb:.2f} MB)"
-    return row
+            if r["row"] not in info or info[r["row"]][1] is None:
+                info[r["row"]] = (r["function"] or "?", r["bytes"])
+    position = {name: i for i, (name, _) in enumerate(t.production)}
+    ordered = sorted(info, key=lambda n: (position.get(n, len(position)), n))
+    functions = list(dict.fromkeys(info[n][0] for n in ordered))
+    cells: dict[tuple[str, str], list[str]] = {}
+    for n in sorted(ordered, key=lambda n: (info[n][1] or 0, position.get(n, len(position)), n)):
+        cells.setdefault((info[n][0], size_class(info[n][1])), []).append(n)
+    classes = [label for _, label in SIZE_CLASSES if any(c == label for _, c in cells)]
+    labels = {}
+    for n, (_, nbytes) in info.items():
+        mb = (nbytes or 0) / 1e6
+        labels[n] = n if nbytes is None else f"{n}  ({mb:.1f} MB)" if mb >= 1 else f"{n}  ({mb:.2f} MB)"
+    return Grid(functions=functions, classes=classes, cells=cells, labels=labels)
 
 
 def _values(run: Run, rows: list[str], key: str) -> list[float | None]:
@@ -73,30 +107,67 @@ def _values(run: Run, rows: list[str], key: str) -> list[float | None]:
     return [by[n][key] if n in by else None for n in rows]
 
 
-def _fig(plt: Any, n_rows: int, n_series: int) -> tuple[Any, Any]:
-    height = 1.6 + n_rows * (0.16 * max(n_series, 1) + 0.22)
-    return plt.subplots(figsize=(10.5, max(3.2, height)))
+Series = tuple[str, str, str, list[float | None]]  # (label, color, marker, value per row of Grid.rows())
 
 
-def _bars(ax: Any, rows: list[str], series: list[tuple[str, str, list[float | None]]], left: float) -> None:
-    n = len(series)
-    h = 0.8 / max(n, 1)
-    for i, (label, color, vals) in enumerate(series):
-        ys = [j - 0.4 + h * (i + 0.5) for j in range(len(rows))]
-        pts = [(y, v) for y, v in zip(ys, vals, strict=True) if v is not None]
-        if not pts:
-            continue
-        ax.barh([y for y, _ in pts], [v - left for _, v in pts], left=left, height=h * 0.92, color=color,
-                label=label, edgecolor="none")
+def _draw_grid(plt: Any, g: Grid, series: list[Series], *, title: str, xlabel: str, reference: float | None,
+               band: tuple[float, float, str] | None = None, stem_first: bool = False) -> Any:
+    """One panel per (function, size class) with rows; markers per series; with ``stem_first`` a stem from
+    ``reference`` (SGLang = 1.0) to the first series' value. The x range is shared within a size class."""
+    heights = [max(len(g.cells.get((f, c), [])) for c in g.classes) for f in g.functions]
+    fig = plt.figure(figsize=(max(7.0, PANEL_INCH * len(g.classes)),
+                              1.5 + sum(ROW_INCH * h + 0.45 for h in heights)), layout="constrained")
+    gs = fig.add_gridspec(len(g.functions), len(g.classes), height_ratios=[h + 2.8 for h in heights])
+    index = {row: i for i, row in enumerate(g.rows())}
+    offsets = [0.0] if len(series) == 1 else [0.56 * (i / (len(series) - 1) - 0.5) for i in range(len(series))]
+    for col, cls in enumerate(g.classes):
+        vals = [v for _, _, _, vs in series for v in (vs[index[r]] for f in g.functions
+                                                       for r in g.cells.get((f, cls), [])) if v is not None]
+        vals += [reference] if reference is not None else [0.0]
+        if band:
+            vals += [band[0], band[1]]
+        lo, hi = min(vals), max(vals)
+        pad = max(0.02 * max(abs(hi), 1e-9), 0.06 * (hi - lo))
+        xlim = (0.0 if reference is None else lo - pad, hi + pad)
+        for row, fn in enumerate(g.functions):
+            rows = g.cells.get((fn, cls), [])
+            ax = fig.add_subplot(gs[row, col])
+            if not rows:
+                ax.axis("off")
+                continue
+            ys = range(len(rows))
+            if band:
+                ax.axvspan(band[0], band[1], color="#f0f0f0", zorder=0, label=band[2])
+            if reference is not None:
+                ax.axvline(reference, color=BASELINE_COLOR, linewidth=1.0, zorder=1, label="SGLang 0.5.23 = 1.0")
+            for k, (label, color, marker, vs) in enumerate(series):
+                pts = [(y + offsets[k], vs[index[r]]) for y, r in zip(ys, rows, strict=True) if vs[index[r]] is not None]
+                if not pts:
+                    continue
+                if k == 0 and stem_first and reference is not None:
+                    ax.hlines([y for y, _ in pts], reference, [v for _, v in pts], color=color, alpha=0.35,
+                              linewidth=1.2, zorder=2)
+                ax.plot([v for _, v in pts], [y for y, _ in pts], linestyle="none", marker=marker, color=color,
+                        markersize=4 if marker != "x" else 5, label=label, zorder=3)
+            ax.set_yticks(list(ys))
+            ax.set_yticklabels([g.labels[r] for r in rows])
+            ax.set_ylim(heights[row] - 0.5, -0.5)  # same row pitch across the panels of one function
+            ax.set_xlim(*xlim)
+            ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
+            ax.set_axisbelow(True)
+            ax.set_title(f"{fn} · {cls} · {len(rows)} row{'s' if len(rows) != 1 else ''}", loc="left")
+    handles: dict[str, Any] = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    # The x-axis explanation heads the legend: a separate figure label would collide with it.
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(3, len(handles)),
+               frameon=False, title=xlabel)
+    fig.suptitle(title)
+    return fig
 
 
-def _finish(fig: Any, ax: Any, rows: list[str], labels: list[str], path: Path, plt: Any) -> Path:
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(labels)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.grid(axis="x", color="#e5e5e5", linewidth=0.8)
-    ax.set_axisbelow(True)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+def _save(fig: Any, path: Path, plt: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight", metadata=PNG_META)
     plt.close(fig)
@@ -108,40 +179,32 @@ def draw_speedup(t: TaskReport, path: Path) -> Path:
     cands = candidate_series(t)
     aa = t.latest_aa
     head, _ = t.headline()
-    runs = [*cands, *([aa] if aa else [])]
-    rows = _rows(t, runs)
-    series: list[tuple[str, str, list[float | None]]] = []
+    g = grid(t, [*cands, *([aa] if aa else [])])
+    rows = g.rows()
+    series: list[Series] = []
     for i, run in enumerate(cands):
-        series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)],
+        series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)], "o",
                        _values(run, rows, "speedup")))
     peer = head or (cands[-1] if cands else None)
     if peer is not None:
         comp = [None if (b is None or c is None or c <= 0) else b / c
                 for b, c in zip(_values(peer, rows, "baseline_us"), _values(peer, rows, "compile_us"), strict=True)]
         if any(v is not None for v in comp):
-            series.append((f"torch.compile vs SGLang (run {peer.date})", COMPILE_COLOR, comp))
+            series.append((f"torch.compile vs SGLang (run {peer.date})", COMPILE_COLOR, "D", comp))
     if aa is not None:
-        series.append((f"A/A: SGLang vs SGLang (run {aa.date})", AA_COLOR, _values(aa, rows, "speedup")))
-    fig, ax = _fig(plt, len(rows), len(series))
+        series.append((f"A/A: SGLang vs SGLang (run {aa.date})", AA_COLOR, "s", _values(aa, rows, "speedup")))
     spread = aa.aa() if aa else None
-    if spread:
-        d = spread["max_dev"]
-        ax.axvspan(1 - d, 1 + d, color="#f0f0f0", zorder=0, label=f"A/A band ±{d:.2%}")
-    _bars(ax, rows, series, left=1.0)
-    ax.axvline(1.0, color=BASELINE_COLOR, linewidth=1.2, label="SGLang 0.5.23 = 1.0")
-    vals = [v for _, _, vs in series for v in vs if v is not None] + [1.0]
-    lo, hi = min(vals), max(vals)
-    pad = max(0.02, 0.08 * (hi - lo))
-    ax.set_xlim(min(lo - pad, 0.98), max(hi + pad, 1.02))
+    band = (1 - spread["max_dev"], 1 + spread["max_dev"], f"A/A band ±{spread['max_dev']:.2%}") if spread else None
     if cands:
         s = cands[0].summary()
         note = f"{cands[0].candidate_id}: geomean {s['geomean']:.3f}×, worst {s['worst']:.3f}× ({s['worst_row']})"
     else:
         note = "no candidate benchmarked yet: A/A only"
     gpu = (head or aa or t.runs[-1]).gpu
-    ax.set_title(f"{t.slug}\nSpeedup vs SGLang 0.5.23 per production row, {gpu}; {note}")
-    ax.set_xlabel("speedup vs SGLang (× = SGLang median / median, CUDA-graph replay; > 1 is faster)")
-    return _finish(fig, ax, rows, [_label(r, runs) for r in rows], path, plt)
+    fig = _draw_grid(plt, g, series, reference=1.0, band=band, stem_first=bool(cands),
+                     title=f"{t.slug}\nSpeedup vs SGLang 0.5.23 per production row, {gpu}; {note}",
+                     xlabel="speedup vs SGLang (× = SGLang median / median, CUDA-graph replay; > 1 is faster)")
+    return _save(fig, path, plt)
 
 
 def draw_tbps(t: TaskReport, path: Path) -> Path:
@@ -149,26 +212,21 @@ def draw_tbps(t: TaskReport, path: Path) -> Path:
     cands = candidate_series(t)
     base = t.baseline_run()
     assert base is not None
-    runs = [base, *cands]
-    rows = _rows(t, runs)
-    series: list[tuple[str, str, list[float | None]]] = [
-        (f"SGLang 0.5.23 (run {base.date}, {base.mode})", BASELINE_COLOR, _values(base, rows, "baseline_tbps"))]
+    g = grid(t, [base, *cands])
+    rows = g.rows()
+    series: list[Series] = [(f"SGLang 0.5.23 (run {base.date}, {base.mode})", BASELINE_COLOR, "o",
+                             _values(base, rows, "baseline_tbps"))]
     for i, run in enumerate(cands):
-        series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)],
+        series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)], "o",
                        _values(run, rows, "candidate_tbps")))
-    fig, ax = _fig(plt, len(rows), len(series))
-    _bars(ax, rows, series, left=0.0)
-    copy = []
-    for j, (b, c) in enumerate(zip(_values(base, rows, "bytes"), _values(base, rows, "copy_us"), strict=True)):
-        if b and c:
-            copy.append((j, b / c / 1e6))
-    if copy:
-        ax.plot([v for _, v in copy], [j for j, _ in copy], linestyle="none", marker="x", color=COPY_COLOR,
-                markersize=6, label="same-size copy (yardstick)")
-    ax.set_xlim(left=0)
-    ax.set_title(f"{t.slug}\nAchieved bandwidth per production row, {base.gpu}")
-    ax.set_xlabel("TB/s (byte model: each input read once, each output written once / median device time)")
-    return _finish(fig, ax, rows, [_label(r, runs) for r in rows], path, plt)
+    copy = [b / c / 1e6 if b and c else None
+            for b, c in zip(_values(base, rows, "bytes"), _values(base, rows, "copy_us"), strict=True)]
+    if any(v is not None for v in copy):
+        series.append(("same-size copy (yardstick)", COPY_COLOR, "x", copy))
+    fig = _draw_grid(plt, g, series, reference=None,
+                     title=f"{t.slug}\nAchieved bandwidth per production row, {base.gpu}",
+                     xlabel="TB/s (byte model: each input read once, each output written once / median device time)")
+    return _save(fig, path, plt)
 
 
 def draw_lineage(t: TaskReport, path: Path) -> Path:

@@ -249,7 +249,7 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
     return out
 
 
-SUSPECT_SOL = 0.98  # above this on large rows a result is suspect (../shared/DESIGN.md), see docs/benchmark-method.md
+SUSPECT_SOL = 0.98  # above this on large rows a result is suspect: docs/benchmark-method.md
 LARGE_ROW_BYTES = 64e6
 
 

@@ -1,4 +1,4 @@
-"""Task folders: loading and validating ``task.toml`` and the folder contract (../shared/DESIGN.md)."""
+"""Task folders: loading and validating ``task.toml`` and the folder contract (README: Layout)."""
 
 from __future__ import annotations
 

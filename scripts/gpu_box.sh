@@ -16,7 +16,7 @@ fi
 export KDA_GIT_DIRTY="${KDA_GIT_DIRTY:-0}" PYTHONUNBUFFERED=1
 # shellcheck disable=SC1090
 if ! { [ -f ~/kda-env.sh ] && source ~/kda-env.sh && python3 -c "import sglang" 2>/dev/null; }; then
-  [ -f .gpu-stage-a/setup.sh ] || { echo "no staged SGLang: run ../shared/gpu/stage.sh here and carry .gpu-stage-a" >&2; exit 3; }
+  [ -f .gpu-stage-a/setup.sh ] || { echo "no staged SGLang: run scripts/gpu_stage.sh on your machine, then carry .gpu-stage-a (docs/gpu-box.md)" >&2; exit 3; }
   bash .gpu-stage-a/setup.sh
   # shellcheck disable=SC1090
   source ~/kda-env.sh

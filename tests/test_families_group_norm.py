@@ -296,9 +296,12 @@ CAPTURES = {"h200": 96, "b200": 160}
 @pytest.mark.parametrize("task_name", TASKS)
 def test_production_rows_are_every_capture(task_name: str) -> None:
     """Every captured call is a production row (none dropped or merged), with model and preset provenance;
-    where the capture files are present (../shared/reference/captured_shapes), the tensors match them."""
+    where the capture files are present (a directory named by KDA_CAPTURES_DIR), the tensors match them."""
     import json
+    import os
     from pathlib import Path
+
+    from kda_lab.stamp import CAPTURES_DIR_ENV
 
     task = load_task(task_name)
     arch = task.arch
@@ -317,8 +320,10 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
         assert (w.args["num_groups"], w.args["eps"]) == (32, 1e-6) and w.args["weight"].shape == (w.args["x"].shape[1],)
         if w.fn == "apply_group_norm_silu":
             assert "hunyuanvae.py" in w.note  # where the <GroupNorm> placeholder's parameters come from
-    path = Path(__file__).resolve().parents[2] / "shared/reference/captured_shapes" / capture
-    if path.exists():
+    captures = os.environ.get(CAPTURES_DIR_ENV)
+    if captures:
+        path = Path(captures) / capture
+        assert path.is_file(), f"{CAPTURES_DIR_ENV}={captures} has no {capture}"
         caps = [json.loads(line) for line in path.read_text().splitlines()]
         for w in prod:
             cap = caps[int(w.source.rsplit(":", 1)[1]) - 1]

@@ -38,7 +38,7 @@ def test_task_entries_resolve_without_a_gpu(slug: str) -> None:
     (fn,) = task.functions
     assert callable(resolve_entry(task.functions[fn].entry))
     assert [w.kind for w in task.workloads].count("production") == 1
-    assert task.workloads[0].source.startswith("derived: task definition in ../shared/DESIGN.md")
+    assert task.workloads[0].source.startswith("derived: lab reference-task definition")
 
 
 # ------------------------------------------------------------------------------------------------ int8: encoding

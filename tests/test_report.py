@@ -297,3 +297,73 @@ def test_unreadable_task_toml_is_reported_not_fatal(tmp_path: Path) -> None:
     assert "**task.toml unreadable:" in (root / report.LEADERBOARD).read_text()
     assert not (root / report.PLOTS / "h200_broken__x").exists()
     assert report.check(root) == []
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+GN = "h200_diffusion_group_norm_silu__multi_shape"
+SCREEN = (1920, 1080)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_size_classes_end_where_the_report_counts_sol() -> None:
+    from kda_lab import plots
+
+    bounds = [b for b, _ in plots.SIZE_CLASSES]
+    assert bounds == sorted(bounds) and bounds[-2] == report.LARGE_ROW_BYTES and bounds[-1] == float("inf")
+    assert plots.size_class(report.LARGE_ROW_BYTES - 1) != plots.size_class(report.LARGE_ROW_BYTES)
+    assert plots.size_class(None) == plots.SIZE_CLASSES[0][1]
+
+
+def test_groupnorm_plots_are_a_grid_by_function_and_size_class_that_fits_a_screen(tmp_path: Path) -> None:
+    """The 102-row GroupNorm task (real ledgers): every row once, in the panel of its function and size class,
+    smallest first; both per-row PNGs fit a 1920×1080 screen (one column of bars was 1486×8233)."""
+    from kda_lab import plots
+
+    root = lab_root(tmp_path, real_ledgers=False)
+    shutil.copytree(REPO / "kernels" / GN, root / "kernels" / GN, ignore=shutil.ignore_patterns("src", "__pycache__"))
+    t = next(t for t in report.collect(root) if t.slug == GN)
+    task = load_task(root / "kernels" / GN)
+    fn_of = {w.name: w.fn for w in task.workloads if w.kind == "production"}
+    runs = [*plots.candidate_series(t), t.latest_aa]
+    g = plots.grid(t, runs)
+    assert g.functions == ["apply_group_norm_silu", "triton_group_norm_silu"]
+    assert g.classes == [label for _, label in plots.SIZE_CLASSES]
+    assert sorted(g.rows()) == sorted(fn_of) and len(g.rows()) == len(set(g.rows())) == 102
+    nbytes = {r["row"]: r["bytes"] for run in runs for r in run.rows}
+    for (fn, cls), rows in g.cells.items():
+        assert {fn_of[r] for r in rows} == {fn}
+        assert {plots.size_class(nbytes[r]) for r in rows} == {cls}
+        assert [nbytes[r] for r in rows] == sorted(nbytes[r] for r in rows)
+    assert max(len(rows) for rows in g.cells.values()) <= 24  # the tallest panel: 22 rows
+    assert g.labels["flux_vae_apply_1x128x1024x1024"] == "flux_vae_apply_1x128x1024x1024  (536.9 MB)"
+
+    written = plots.draw_all(root / report.PLOTS, [t])
+    assert {p.name for p in written} == {"speedup.png", "tbps.png", "lineage.png"}
+    for p in written:
+        w, h = png_size(p)
+        assert w <= SCREEN[0] and h <= SCREEN[1], f"{p.name} is {w}x{h}"
+        if p.name != "lineage.png":
+            assert p.stat().st_size > 50_000  # 102 labelled rows drawn, not an empty frame
+
+
+def test_a_task_with_one_function_and_one_size_class_is_one_panel(tmp_path: Path) -> None:
+    from kda_lab import plots
+
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r1", mode="bench", cand="c001", factors=1.1,
+                                                      ts="2026-11-21T09:00:00Z"))
+    t = task_report(root)
+    (run,) = t.bench_runs
+    run.rows = [r for r in run.rows if r["function"] == "fuse_scale_shift_kernel" and r["bytes"] >= 64e6]
+    g = plots.grid(t, [run])
+    assert g.functions == ["fuse_scale_shift_kernel"] and g.classes == [plots.SIZE_CLASSES[-1][1]]
+    assert len(g.cells) == 1 and len(g.rows()) == len(run.rows) > 1
+    w, h = png_size(plots.draw_speedup(t, tmp_path / "speedup.png"))
+    assert w < 1000 and h < 600
