@@ -4,6 +4,7 @@
     kda_kernels.install()    # swap every promoted function into SGLang (the SGLang patch does this at import)
     kda_kernels.status()     # per function: promoted, arches, stamps, installed, call sites rebound, problems
     kda_kernels.uninstall()  # restore SGLang's originals exactly
+    python -m kda_kernels build   # once per machine: compile promoted CUDA extensions (install() never compiles)
 
 Environment: ``KDA_FORCE_ARCH=h200|b200|baseline`` overrides device dispatch (read at install);
 ``KDA_KERNELS_DISABLE=1`` makes install() a no-op.
@@ -19,8 +20,8 @@ from typing import Any
 
 from kda_kernels.registry import FAMILIES, TARGETS, SwapTarget
 
-__all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "install", "kda_object", "lazy_baseline", "status",
-           "uninstall"]
+__all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "build", "install", "kda_object", "lazy_baseline",
+           "status", "uninstall"]
 __version__ = "0.1.0"
 
 
@@ -44,6 +45,15 @@ def status() -> dict[str, Any]:
     from kda_kernels import overlay
 
     return overlay.status()
+
+
+def build(families: Iterable[str] | None = None, arches: Iterable[str] | None = None,
+          verbose: bool = False) -> dict[str, dict[str, Any]]:
+    """Compile every promoted impl's CUDA extension ahead of time into the build cache (``python -m kda_kernels
+    build``). install() never compiles; a build in a running process takes effect at its next call."""
+    from kda_kernels.build import build as _build
+
+    return _build(families=families, arches=arches, verbose=verbose)
 
 
 def kda_object(function: str) -> Callable[..., Any]:

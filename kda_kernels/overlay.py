@@ -410,9 +410,27 @@ def status() -> dict[str, Any]:
             "kernel_registry": rec.registry if rec else None,
             "problems": list(_PROBLEMS.get(t.function, ())),
         }
+        builds = _build_state(t, out[t.function]["arches"])
+        out[t.function]["builds"] = builds
+        out[t.function]["problems"] += [
+            f"{arch} CUDA extension {b.get('extension')} not built for this machine: SGLang's kernel serves these "
+            f"calls (install() never compiles); run `python -m kda_kernels build`"
+            for arch, b in builds.items() if not b.get("built")]
     if _LAST["disabled"]:
         for v in out.values():
             v["problems"].append(f"{DISABLE_ENV} set: install() did nothing")
+    return out
+
+
+def _build_state(t: SwapTarget, arches: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per arch, the ahead-of-time build of an impl's CUDA extension (kda_kernels.prebuilt), for impls already
+    imported by install(); status() itself imports nothing."""
+    out: dict[str, dict[str, Any]] = {}
+    for arch in arches:
+        mod = sys.modules.get(f"{t.family_module}._impls.{arch}.register")
+        ext = mod.__dict__.get("EXTENSION") if mod is not None else None
+        if ext is not None:
+            out[arch] = ext.describe()
     return out
 
 

@@ -1,0 +1,161 @@
+"""Ahead-of-time builds (kda_kernels.prebuilt / build / ``python -m kda_kernels``): a serving process never compiles.
+
+The round trip is real: a small C++ torch extension is compiled once with the host's compiler into a temporary
+cache, then loaded in a fresh interpreter in which ``torch.utils.cpp_extension.load`` raises (any compile there
+would fail the test). The promoted GroupNorm impl's CUDA build itself is the GPU test (tests/test_prebuilt_gpu.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
+fx = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("kda_overlay_fixtures", fx)
+_spec.loader.exec_module(fx)
+
+# Plain CPython (no torch headers: those take minutes to compile on a 2-core CI host); the build still goes
+# through torch.utils.cpp_extension.load like every impl's extension.
+CPP = r'''
+#include <Python.h>
+static PyObject* answer(PyObject*, PyObject*) { return PyLong_FromLong(42); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "kda_test_twice_0001", nullptr, -1, methods};
+#define KDA_CAT2(a, b) a##b
+#define KDA_CAT(a, b) KDA_CAT2(a, b)
+PyMODINIT_FUNC KDA_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&def); }
+'''
+
+NO_COMPILE = '''
+import torch.utils.cpp_extension as _cx
+def _refuse(*a, **k):
+    raise AssertionError("compiled in a process that must only load")
+_cx.load = _refuse
+'''
+
+
+def _py(code: str, cache: Path, extra_path: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KDA_KERNELS_CACHE=str(cache))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([str(extra_path)] if extra_path else []))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=REPO)
+
+
+def _ext_code(src: Path) -> str:
+    return f'''
+from kda_kernels.prebuilt import Extension
+EXT = Extension(name="kda_test_twice_0001", arch="h200", sources=({str(src)!r},), cflags=("-O1",))
+'''
+
+
+def test_built_extension_loads_in_a_fresh_process_without_compiling(tmp_path):
+    src = tmp_path / "answer.cpp"
+    src.write_text(CPP)
+    cache = tmp_path / "cache"
+    # a process that may not build: nothing in the cache -> None, and require() names the command that builds it
+    p = _py(NO_COMPILE + _ext_code(src) + '''
+from kda_kernels.prebuilt import ExtensionNotBuilt
+assert EXT.load(build=False) is None and not EXT.is_built()
+try:
+    EXT.require()
+except ExtensionNotBuilt as e:
+    assert "python -m kda_kernels build" in str(e), e
+else:
+    raise AssertionError("require() on a missing build must raise")
+print("ok")
+''', cache)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+    # build once (the real compiler), then load elsewhere with the compiler forbidden
+    p = _py(_ext_code(src) + "EXT.build(); print(EXT.artifact())", cache)
+    assert p.returncode == 0, p.stderr
+    artifact = Path(p.stdout.strip().splitlines()[-1])
+    assert artifact.is_file() and cache in artifact.parents
+    info = json.loads((artifact.parent / "KDA_BUILD.json").read_text())
+    assert info["name"] == "kda_test_twice_0001" and info["arch"] == "h200"
+    p = _py(NO_COMPILE + _ext_code(src) + '''
+import torch
+m = EXT.load(build=False)
+assert m is not None and EXT.is_built() and EXT.describe()["built"]
+assert m.answer() == 42
+print("loaded")
+''', cache)
+    assert p.returncode == 0 and p.stdout.strip() == "loaded", p.stderr
+    # another toolchain tag (here: another arch) never loads this binary
+    p = _py(NO_COMPILE + _ext_code(src).replace('arch="h200"', 'arch="b200"') + "print(EXT.load(build=False))", cache)
+    assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
+
+
+@fx.needs_sglang
+def test_exported_groupnorm_copy_never_compiles_and_status_says_it_is_not_built(tmp_path):
+    """The overlay's GroupNorm impl (the real exported copy) with an empty build cache: importing it, installing
+    the overlay and asking for its extension compile nothing, and status() names the missing build."""
+    p = _py(NO_COMPILE + '''
+import warnings, torch, types
+if not hasattr(torch.cpu, "get_device_properties"):
+    torch.cpu.get_device_properties = lambda *a, **k: types.SimpleNamespace(warp_size=32)
+import kda_kernels
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    st = kda_kernels.install()
+from kda_kernels.diffusion.group_norm_silu._impls.h200 import register as impl
+from kda_kernels.prebuilt import ExtensionNotBuilt
+assert impl._BUILD_ON_FIRST_USE is False
+assert impl.load_extension() is None
+try:
+    impl.group_norm_silu_cuda(torch.zeros(1, 4, 8), torch.ones(4), torch.zeros(4), 2)
+except ExtensionNotBuilt:
+    pass
+else:
+    raise AssertionError("the exported copy must refuse to compile")
+s = kda_kernels.status()["triton_group_norm_silu"]
+import json
+print(json.dumps({"installed": s["installed"], "builds": s["builds"], "problems": s["problems"]}))
+''', tmp_path / "empty-cache")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    assert s["installed"], s
+    assert s["builds"]["h200"]["built"] is False and s["builds"]["h200"]["extension"].startswith("kda_h200_gns_")
+    assert any("not built" in x and "python -m kda_kernels build" in x for x in s["problems"]), s["problems"]
+
+
+def test_task_folder_copy_may_build_on_first_use():
+    """The lab imports the candidate from the task folder, where building on first use is allowed (not serving)."""
+    from kda_lab.task import load_candidate, load_task
+
+    task = load_task(REPO / "kernels" / "h200_diffusion_group_norm_silu__multi_shape")
+    mod = load_candidate(task)
+    assert mod._BUILD_ON_FIRST_USE is True
+    assert mod.EXTENSION.name.startswith("kda_h200_gns_") and mod.EXTENSION.arch == "h200"
+
+
+def test_cli_build_with_nothing_to_build_and_status(tmp_path):
+    env = dict(os.environ, KDA_KERNELS_CACHE=str(tmp_path), PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "kda_kernels", "build", "--family", "fuse_scale_shift"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert p.returncode == 0 and "nothing to build" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-m", "kda_kernels", "build", "--bogus"], capture_output=True, text=True,
+                       env=env, cwd=REPO, timeout=300)
+    assert p.returncode == 2 and "unrecognized arguments" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "kda_kernels", "status"], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)) >= {"triton_group_norm_silu", "apply_group_norm_silu"}
+
+
+@pytest.mark.parametrize("family", ["group_norm_silu"])
+def test_build_lists_the_promoted_impl_extensions(family):
+    from kda_kernels.build import impl_extensions
+
+    exts = impl_extensions(families=[family])
+    assert list(exts) == [(family, "h200")]
+    assert exts[(family, "h200")].name.startswith("kda_h200_gns_")
