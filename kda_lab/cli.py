@@ -86,9 +86,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     if args.interpret:
-        from kda_lab.interpret import interpret_check
+        from kda_lab.interpret import InterpreterUnavailable, interpret_check
 
-        return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds)
+        try:
+            return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds, record=not args.no_record)
+        except InterpreterUnavailable as e:
+            print(f"kda: {e}", file=sys.stderr)
+            return 2
     from kda_lab.run import run_check
 
     report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
@@ -131,8 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, help="base seed (default: random, recorded)")
     c.add_argument("--no-record", action="store_true", help="do not append to solutions.jsonl")
     c.add_argument("--interpret", action="store_true",
-                   help="CPU: run SGLang's Triton kernels in the Triton interpreter on the rows tagged 'tiny'")
-    c.add_argument("--dtypes", default="float32,float16", help="with --interpret: dtypes to run")
+                   help="CPU: the candidate in the Triton interpreter on the rows tagged 'tiny' vs the oracle (and "
+                        "bit for bit vs SGLang's kernel for exact functions); recorded as a CPU verdict, never GPU "
+                        "evidence; exit 0 passed, 1 failed, 3 not checked (e.g. a CUDA candidate)")
+    c.add_argument("--dtypes", default="float32,float16",
+                   help="with --interpret: dtypes to run (bfloat16 is listed as skipped: the interpreter mishandles it)")
     c.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="interleaved CUDA-graph timing vs SGLang (GPU)")
