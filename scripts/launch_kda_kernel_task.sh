@@ -45,6 +45,8 @@ Environment:
   KDA_PYTHON         python of an environment with the lab's dependencies (torch, triton, SGLang)
                      (default: <main clone>/.venv/bin/python, made by scripts/setup_env.sh)
   HUMANIZE_DIR       where the Humanize plugin is installed (default: found under ~/.claude)
+  KDA_NO_VENV        1: do not create the worktree's .venv nor run kda validate there (the draft
+                     then says to run scripts/setup_env.sh in the worktree first)
   CLAUDE_BIN         Claude Code executable (default: claude)
   CLAUDE_MODEL       passed to Claude Code as --model <value>
   CLAUDE_EFFORT      exported to Claude Code unchanged
@@ -346,7 +348,7 @@ fi
 # editable kda_lab, are not processed, so `import kda_lab` is the worktree's); then kda validate.
 # ---------------------------------------------------------------------------------------------
 venv_note=""
-if [[ -d $worktree/kda_lab && -f $worktree/pyproject.toml ]]; then
+if [[ ${KDA_NO_VENV:-0} != 1 && -d $worktree/kda_lab && -f $worktree/pyproject.toml ]]; then
   kda_python=${KDA_PYTHON:-$main_root/.venv/bin/python}
   if [[ ! -x $kda_python ]]; then
     die "no Python environment with the lab's dependencies at $kda_python" \
@@ -411,12 +413,21 @@ Target GPU: NVIDIA B200 (Blackwell, compute capability 10.0). Everything below i
 EOF
 }
 
+env_line() {
+  if [[ -n $venv_note ]]; then
+    printf '%s' "\`kda\` is this worktree's \`.venv/bin/kda\` (the launcher put \`.venv/bin\` first on PATH for
+Claude Code; elsewhere: \`source .venv/bin/activate\`)."
+  else
+    printf '%s' "This worktree has no environment yet: run \`scripts/setup_env.sh\` once (creates \`.venv\`), then
+\`source .venv/bin/activate\` so that \`kda\` is on PATH."
+  fi
+}
+
 lab_commands() {
   cat <<EOF
 ## The lab's commands
 
-Run them from the worktree root. \`kda\` is this worktree's \`.venv/bin/kda\` (the launcher put
-\`.venv/bin\` first on PATH for Claude Code; elsewhere: \`source .venv/bin/activate\`). The contract
+Run them from the worktree root. $(env_line) The contract
 of \`src/\` (EXPORTS, signatures, fallbacks, evidence before promotion) is
 kernels/$slug/interface.md. The harness (kda_lab/) is shared by every task; the task stays thin.
 
