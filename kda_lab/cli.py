@@ -14,9 +14,12 @@ from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_tas
 PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile")
 
 
-def _latest_status(task: Task) -> str:
-    rows = ledger.read_solutions(task.path)
-    return rows[-1]["status"] if rows else "no candidate"
+def task_status(task: Task) -> str:
+    """The task's status in the one vocabulary of README's task table and docs/leaderboard.md (kda_lab.report)."""
+    from kda_lab import report
+    from kda_lab.paths import repo_root
+
+    return report.load_task_report(task.path, report.read_launchers(repo_root())).status
 
 
 def best_speedup(task: Task) -> tuple[float | None, str]:
@@ -45,7 +48,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if not dirs:
         print("no tasks under kernels/")
         return 0
-    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<12} {'best':>7}")
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}")
     for d in dirs:
         try:
             t = load_task(d)
@@ -53,7 +56,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"{d.name:<52} INVALID: {e}")
             continue
         best, _ = best_speedup(t)
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {_latest_status(t):<12} "
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {task_status(t):<28} "
               f"{(f'{best:.2f}x' if best else '-'):>7}")
         if args.rows:
             latest = latest_row_numbers(t)
