@@ -14,9 +14,12 @@ from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_tas
 PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile")
 
 
-def _latest_status(task: Task) -> str:
-    rows = ledger.read_solutions(task.path)
-    return rows[-1]["status"] if rows else "no candidate"
+def task_status(task: Task) -> str:
+    """The task's status in the one vocabulary of README's task table and docs/leaderboard.md (kda_lab.report)."""
+    from kda_lab import report
+    from kda_lab.paths import repo_root
+
+    return report.load_task_report(task.path, report.read_launchers(repo_root())).status
 
 
 def best_speedup(task: Task) -> tuple[float | None, str]:
@@ -45,7 +48,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if not dirs:
         print("no tasks under kernels/")
         return 0
-    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<12} {'best':>7}")
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}")
     for d in dirs:
         try:
             t = load_task(d)
@@ -53,7 +56,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"{d.name:<52} INVALID: {e}")
             continue
         best, _ = best_speedup(t)
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {_latest_status(t):<12} "
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {task_status(t):<28} "
               f"{(f'{best:.2f}x' if best else '-'):>7}")
         if args.rows:
             latest = latest_row_numbers(t)
@@ -86,9 +89,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     if args.interpret:
-        from kda_lab.interpret import interpret_check
+        from kda_lab.interpret import InterpreterUnavailable, interpret_check
 
-        return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds)
+        try:
+            return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds, record=not args.no_record)
+        except InterpreterUnavailable as e:
+            print(f"kda: {e}", file=sys.stderr)
+            return 2
     from kda_lab.run import run_check
 
     report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
@@ -131,8 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, help="base seed (default: random, recorded)")
     c.add_argument("--no-record", action="store_true", help="do not append to solutions.jsonl")
     c.add_argument("--interpret", action="store_true",
-                   help="CPU: run SGLang's Triton kernels in the Triton interpreter on the rows tagged 'tiny'")
-    c.add_argument("--dtypes", default="float32,float16", help="with --interpret: dtypes to run")
+                   help="CPU: the candidate in the Triton interpreter on the rows tagged 'tiny' vs the oracle (and "
+                        "bit for bit vs SGLang's kernel for exact functions); recorded as a CPU verdict, never GPU "
+                        "evidence; exit 0 passed, 1 failed, 3 not checked (e.g. a CUDA candidate)")
+    c.add_argument("--dtypes", default="float32,float16",
+                   help="with --interpret: dtypes to run (bfloat16 is listed as skipped: the interpreter mishandles it)")
     c.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="interleaved CUDA-graph timing vs SGLang (GPU)")

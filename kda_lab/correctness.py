@@ -5,13 +5,18 @@
   writes reads back as NaN. NaN/Inf never pass.
 - In-place functions run on clone-for-clone copies; the oracle sees the pristine inputs.
 - Failure reports give max abs/rel error, the mismatch count and the first bad index.
-- ``exact`` functions (SGLang's roundings are the contract) must match the SGLang output bit for bit.
+- ``exact`` functions (SGLang's roundings are the contract) must match the SGLang output bit for bit, on every
+  row and seed (``torch.equal`` semantics: same dtype, shape and bits; NaN never passes).
+- The candidate runs as if installed: while it runs, the public entry points (``task.toml`` ``entry``, e.g. the
+  ``sglang.kernels.ops.diffusion`` facade) hold the candidate's EXPORTS, as they do once the overlay is
+  installed, so a fallback that calls the facade instead of SGLang's defining module recurses here and fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +48,31 @@ def poisoned_outputs(device: torch.device, output_bytes: list[int]) -> Iterator[
         del blocks
     with _PoisonEmpty():
         yield
+
+
+_MISSING = object()
+
+
+@contextmanager
+def as_installed(task: Task, exports: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """Inside: each function's public entry point (``module:name`` of task.toml ``entry``) is the candidate's
+    export, as after ``kda_kernels.install()``; restored exactly (a lazily resolved facade name is removed again)."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name, spec in task.functions.items():
+            if name not in exports:
+                continue
+            module_name, _, attr = spec.entry.partition(":")
+            module = importlib.import_module(module_name)
+            saved.append((module, attr, module.__dict__.get(attr, _MISSING)))
+            setattr(module, attr, exports[name])
+        yield
+    finally:
+        for module, attr, old in reversed(saved):
+            if old is _MISSING:
+                module.__dict__.pop(attr, None)
+            else:
+                setattr(module, attr, old)
 
 
 @dataclass
@@ -115,11 +145,11 @@ class RowResult:
 
 
 def run_impl(fn: Callable[..., Any], contract: FunctionContract, args: dict[str, Any],
-             expected_bytes: list[int]) -> tuple[torch.Tensor, ...]:
-    """Call ``fn`` on private copies of ``args`` with poisoned outputs; returns its outputs."""
+             expected_bytes: list[int], context: Any = None) -> tuple[torch.Tensor, ...]:
+    """Call ``fn`` on private copies of ``args`` with poisoned outputs (inside ``context``, if given)."""
     private = contract.prepared(clone_args(args))
     device = next((v.device for v in args.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
-    with torch.no_grad(), poisoned_outputs(device, expected_bytes):
+    with torch.no_grad(), poisoned_outputs(device, expected_bytes), (context or nullcontext()):
         result = fn(**private)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -127,8 +157,12 @@ def run_impl(fn: Callable[..., Any], contract: FunctionContract, args: dict[str,
 
 
 def check_row(task: Task, workload: Workload, contract: FunctionContract, impls: dict[str, Callable[..., Any]],
-              seed: int, device: torch.device | str, baseline_impl: str = "baseline") -> list[RowResult]:
-    """Check every impl on one row and seed against the oracle (and bitwise against SGLang when exact)."""
+              seed: int, device: torch.device | str, baseline_impl: str = "baseline",
+              installed: Mapping[str, Callable[..., Any]] | None = None) -> list[RowResult]:
+    """Check every impl on one row and seed against the oracle (and bitwise against SGLang when exact).
+
+    ``installed``: the candidate's EXPORTS; every impl but the baseline then runs with the entry points holding
+    them (:func:`as_installed`), so a fallback through the facade recurses and fails the row."""
     device = torch.device(device)
     args = make_inputs(workload, device, seed)
     with torch.no_grad():
@@ -139,8 +173,15 @@ def check_row(task: Task, workload: Workload, contract: FunctionContract, impls:
     baseline_out: tuple[torch.Tensor, ...] | None = None
     for impl_name, fn in impls.items():
         res = RowResult(workload.name, impl_name, seed, ok=False)
+        context = as_installed(task, installed) if installed is not None and impl_name != baseline_impl else None
         try:
-            outs = run_impl(fn, contract, args, sizes)
+            outs = run_impl(fn, contract, args, sizes, context)
+        except RecursionError:
+            res.error = (f"raised RecursionError: {workload.fn}'s fallback calls itself once installed; take SGLang's "
+                         f"function from its defining module ({task.functions[workload.fn].sglang}, e.g. "
+                         f"kda_kernels.lazy_baseline({workload.fn!r})), not the facade")
+            results.append(res)
+            continue
         except Exception as e:  # noqa: BLE001 - an implementation that raises fails the row, with the reason
             res.error = f"raised {type(e).__name__}: {e}"
             results.append(res)

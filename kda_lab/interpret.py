@@ -7,6 +7,9 @@ Shims, each as small as it can be:
   Triton kernels themselves are untouched);
 - a CPU torch lacks ``torch.cpu.get_device_properties``, which ``norm_triton`` reads at import: stubbed.
 Triton 3.6's interpreter mishandles bf16 arithmetic, so interpreter runs use fp32/fp16 only.
+
+:func:`interpret_check` (``kda check TASK --interpret``) runs the candidate this way, against the oracle and,
+for ``exact`` functions, bit for bit against SGLang's kernel in the interpreter.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ import ast
 import importlib
 import os
 import sys
-from collections.abc import Callable
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -92,29 +100,177 @@ def recompiled(module_name: str, fn_name: str) -> Callable[..., Any]:
     return namespace[fn_name]
 
 
-def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable[[str], None] = print) -> int:
-    """``kda check --interpret``: SGLang's Triton baseline against the oracle on rows tagged 'tiny'."""
+# Why a row or dtype is not run on CPU (printed with the rows it applies to).
+WHY_NOT_TINY = "not tagged 'tiny' (too large for the interpreter, or a dtype/kernel it cannot run; see task.toml)"
+WHY_NOT_BF16 = ("Triton 3.6's interpreter mishandles bf16 arithmetic (it truncates fp32 -> bf16 casts); "
+                "bf16 is checked on the GPU")
+CUDA_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")
+CUDA_MARKERS = ("cpp_extension", "load_inline")
+
+
+def cuda_sources(src_dir: Path) -> list[str]:
+    """Files that make a candidate a CUDA candidate (native sources, or a Python file that compiles them)."""
+    found = []
+    for p in sorted(src_dir.rglob("*")):
+        if "__pycache__" in p.parts or not p.is_file():
+            continue
+        if p.suffix in CUDA_SUFFIXES or (p.suffix == ".py" and any(m in p.read_text(errors="replace")
+                                                                   for m in CUDA_MARKERS)):
+            found.append(p.relative_to(src_dir).as_posix())
+    return found
+
+
+@contextmanager
+def sglang_fallbacks_interpretable(task: Any, names: list[str]) -> Iterator[Counter[str]]:
+    """Inside: each function's defining module (task.toml ``sglang``) holds SGLang's wrapper made runnable on CPU,
+    counting calls, so a candidate that falls back to SGLang (kda_kernels.lazy_baseline) runs SGLang's kernel in
+    the interpreter and the check can tell that the row was SGLang's, not the candidate's own code. ``names``: the
+    functions that have rows to run (SGLang modules that cannot run on CPU, e.g. CuTe DSL ones, are left alone)."""
+    calls: Counter[str] = Counter()
+    saved: list[tuple[Any, str, Any]] = []
+
+    def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    try:
+        for name in names:
+            module_name, _, fn_name = task.functions[name].sglang.partition(":")
+            module = importlib.import_module(module_name)
+            saved.append((module, fn_name, getattr(module, fn_name)))
+            setattr(module, fn_name, counting(name, interpretable(module_name, fn_name)))
+        yield calls
+    finally:
+        for module, fn_name, old in reversed(saved):
+            setattr(module, fn_name, old)
+
+
+@dataclass
+class CpuVerdict:
+    passed: int = 0
+    failed: int = 0
+    not_run: int = 0  # rows where the candidate's own code could not run on CPU (CUDA, or fell back to SGLang)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def word(self) -> str:
+        if self.failed:
+            return "FAILED"
+        return "PASSED" if self.passed else "NOT CHECKED"
+
+    @property
+    def exit_code(self) -> int:
+        return {"PASSED": 0, "FAILED": 1, "NOT CHECKED": NOT_CHECKED_EXIT}[self.word]
+
+
+NOT_CHECKED_EXIT = 3  # nothing failed, but no row ran the candidate's own code on CPU: not a pass
+
+
+def _wrapped(names: list[str], width: int = 100) -> list[str]:
+    return textwrap.wrap(", ".join(names), width, initial_indent="      ", subsequent_indent="      ")
+
+
+def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: list[str],
+                   fallback_calls: Counter[str], verdict: CpuVerdict, show: Callable[[str], None]) -> None:
+    """One tiny row in one dtype, every seed: the candidate's verdict line(s), added to ``verdict``."""
     from kda_lab.correctness import check_row
 
+    label = f"{w.name} [{dtype}]"
+    if cuda:
+        verdict.not_run += 1
+        show(f"{label}: NOT RUN: a CUDA candidate cannot run on CPU (src/{cuda[0]}); "
+             f"check it on the GPU: kda check {task.slug}")
+        return
+    exact = task.functions[w.fn].exact
+    module_name, _, fn_name = task.functions[w.fn].sglang.partition(":")
+    sglang_impl = interpretable(module_name, fn_name)
+    for s in range(seeds):
+        fallback_calls.clear()
+        results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
+                            {"baseline": sglang_impl, "candidate": cand.exports[w.fn]}, s, "cpu",
+                            installed=cand.exports)
+        res = next(r for r in results if r.impl == "candidate")
+        base = next(r for r in results if r.impl == "baseline")
+        head = f"{label} seed {s}"
+        if not res.ok:
+            verdict.failed += 1
+            show(res.describe().replace(f"{res.row} [candidate, seed {s}]", head, 1))
+        elif fallback_calls[w.fn] and not cand.is_baseline:
+            verdict.not_run += 1
+            show(f"{head}: NOT RUN: the candidate handed this row to SGLang (its own kernel did not run on CPU)")
+        else:
+            verdict.passed += 1
+            show(f"{head}: ok{' (bit-identical to SGLang)' if exact else ''}")
+        if not base.ok:
+            show(f"    (SGLang's own kernel is off the oracle here: {base.describe()})")
+
+
+def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable[[str], None] = print,
+                    record: bool = True) -> int:
+    """``kda check --interpret``: the candidate (src/register.py EXPORTS) against the fp64 oracle on the rows
+    tagged 'tiny', in the Triton interpreter (fp32/fp16), and bit for bit against SGLang's kernel (run in the
+    interpreter too) for functions declared ``exact``. A CPU verdict, recorded as such: never GPU evidence.
+
+    Exit status: 0 passed, 1 failed, 3 not checked (no row ran the candidate's own code on CPU)."""
+    from kda_lab.run import candidate_identity
+    from kda_lab.task import TaskError
+
+    unknown = [d for d in dtypes if d not in ("float32", "float16", "bfloat16")]
+    if unknown:
+        raise TaskError(f"--dtypes: unknown {unknown}; the interpreter runs {', '.join(INTERPRETER_DTYPES)}")
     ensure_interpreter()
     install_shims()
-    bad_dtypes = [d for d in dtypes if d not in INTERPRETER_DTYPES]
-    if bad_dtypes:
-        raise InterpreterUnavailable(f"interpreter runs support {INTERPRETER_DTYPES}; not {bad_dtypes}")
-    rows = [w for w in task.workloads if "tiny" in w.tags]
-    if not rows:
-        show(f"{task.slug}: no rows tagged 'tiny'; nothing the interpreter can run")
-        return 1
-    failures = 0
-    for w in rows:
-        module_name, _, fn_name = task.functions[w.fn].sglang.partition(":")
-        impl = interpretable(module_name, fn_name)
-        for dtype in dtypes:
-            wd = w.with_dtype(dtype)
-            results = [res for s in range(seeds)
-                       for res in check_row(task, wd, contract(task.family, w.fn), {"baseline": impl}, s, "cpu")]
-            for res in results:
-                show(res.describe())
-                failures += not res.ok
-    show(f"{task.slug}: interpreter check {'PASSED' if not failures else f'FAILED ({failures})'}")
-    return 1 if failures else 0
+    run_dtypes = [d for d in dtypes if d in INTERPRETER_DTYPES]
+    cand = candidate_identity(task, register=record)
+    tiny = [w for w in task.workloads if "tiny" in w.tags]
+    cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
+    verdict = CpuVerdict()
+    show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}{', SGLang baseline' if cand.is_baseline else ''}) "
+         f"in the Triton interpreter on CPU, {len(tiny)} tiny rows x {'/'.join(run_dtypes) or 'no dtype'} x "
+         f"{seeds} seed(s)")
+    # One context for the whole run: a lazily resolved fallback caches what it found on its first call.
+    names = sorted({w.fn for w in tiny}) if run_dtypes and not cuda else []
+    with sglang_fallbacks_interpretable(task, names) as fallback_calls:
+        for w in tiny:
+            for dtype in run_dtypes:
+                check_tiny_row(task, cand, w, dtype, seeds, cuda, fallback_calls, verdict, show)
+    skipped = [w.name for w in task.workloads if "tiny" not in w.tags]
+    if skipped:
+        show(f"  not run on CPU, {len(skipped)} rows: {WHY_NOT_TINY}:")
+        for line in _wrapped(skipped):
+            show(line)
+    show(f"  bfloat16: not run on CPU: {WHY_NOT_BF16}")
+    exact = [n for n, f in task.functions.items() if f.exact]
+    if exact:
+        show(f"  exact (bit for bit with SGLang): {', '.join(exact)}")
+    show(f"{task.slug}: CPU interpreter verdict {verdict.word} for candidate {cand.id}: {verdict.passed} ok, "
+         f"{verdict.failed} failed, {verdict.not_run} not run (a CPU verdict: GPU evidence needs "
+         f"`kda check {task.slug}` on an {task.arch.upper()})")
+    if record:
+        record_cpu_verdict(task, cand, verdict, dtypes=run_dtypes, seeds=seeds, rows=len(tiny))
+    return verdict.exit_code
+
+
+CPU_DEVICE = "cpu-interpreter"
+
+
+def record_cpu_verdict(task: Any, cand: Any, verdict: CpuVerdict, dtypes: list[str], seeds: int, rows: int) -> None:
+    """Append the CPU verdict to solutions.jsonl as an ``interpret`` event on device ``cpu-interpreter``: the
+    exporter's gate reads only ``check`` events from a GPU, so this row can never count as evidence."""
+    from kda_lab import ledger
+    from kda_lab.env import capture
+    from kda_lab.paths import repo_root
+    from kda_lab.run import new_run_id
+
+    env = capture(repo_root(), None)
+    ledger.append_solution(
+        task.path, id=cand.id, parent=None, status=cand.status, event="interpret", source_hash=cand.source_hash,
+        arch=task.arch, gpu=CPU_DEVICE,
+        evidence={"run_id": new_run_id(), "passed": verdict.passed, "failed": verdict.failed,
+                  "not_run": verdict.not_run, "device": CPU_DEVICE, "verdict": verdict.word},
+        git_commit=env["git_commit"], command=env["command"],
+        note=f"CPU interpreter verdict {verdict.word} (not GPU evidence); {rows} tiny rows; dtypes "
+             f"{','.join(dtypes)}; seeds {seeds}")

@@ -47,7 +47,8 @@ SOLUTION_FIELDS: tuple[str, ...] = (
     "git_commit", "command", "note", "chain",
 )
 STATUSES = ("baseline", "proposed", "correct", "incorrect", "benchmarked", "promoted", "rejected", "superseded")
-EVENTS = ("register", "check", "bench", "promote", "revert", "note")
+# "interpret": a CPU verdict of `kda check --interpret` (gpu "cpu-interpreter"); never evidence (only GPU "check" is).
+EVENTS = ("register", "check", "interpret", "bench", "promote", "revert", "note")
 EVIDENCE_KEYS = ("run_id", "passed", "failed", "geomean", "worst")
 
 

@@ -40,8 +40,8 @@ from typing import Any
 
 IMPLS = ("baseline", "candidate")
 LAUNCH_TAG = "kda-profile-launch: "
-DOCS_HINT = ("Run it on the GPU box (docs/gpu-box.md), e.g. "
-             "`KDA_GIT_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_box.sh \"profile {task} --row {row} "
+DOCS_HINT = ("Run it on the GPU box (docs/gpu-box.md): here `git rev-parse HEAD > .kda-git-commit`, then on the box "
+             "`bash scripts/gpu_box.sh \"profile {task} --row {row} "
              "--copy-to $OUT\"`; see docs/report.md (Profiling). A digest can be rebuilt here from CSV exports "
              "brought back from the box: `kda profile {task} --row {row} --from-csv baseline=PATH candidate=PATH`.")
 

@@ -115,7 +115,7 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
         c = contract(task.family, w.fn)
         impls = {"baseline": resolve_entry(task.functions[w.fn].entry), "candidate": cand.exports[w.fn]}
         for s in range(seeds):
-            report.results += check_row(task, w, c, impls, base_seed + s, device)
+            report.results += check_row(task, w, c, impls, base_seed + s, device, installed=cand.exports)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -1,8 +1,10 @@
 """Shared correctness tests, parametrized over a task's task.toml (each task's tests/ file is one line).
 
-- CPU: the folder validates; SGLang's Triton baseline runs in the Triton interpreter on the rows tagged
-  'tiny', in fp32 and fp16, against the oracle.
-- GPU (marker ``gpu``, deselected on CPU with ``-m "not gpu"``): the candidate and the baseline on every row.
+- CPU: the folder validates; the candidate (src/register.py EXPORTS) and SGLang's Triton baseline run in the
+  Triton interpreter on the rows tagged 'tiny', in fp32 and fp16, against the oracle (and bit for bit against
+  each other for ``exact`` functions), as ``kda check TASK --interpret`` does. A CUDA candidate skips them.
+- GPU (marker ``gpu``): the candidate and the baseline on every row. Without a CUDA GPU these skip with the
+  reason, so ``pytest kernels/<task>/tests`` passes on a CPU host as it is.
 """
 
 from __future__ import annotations
@@ -33,27 +35,41 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
 
     @pytest.mark.parametrize("dtype", ["float32", "float16"])
     @pytest.mark.parametrize("row", tiny)
-    def test_sglang_triton_baseline_in_interpreter(row: str, dtype: str) -> None:
+    def test_candidate_and_sglang_in_interpreter(row: str, dtype: str) -> None:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("interpreter tests run on a CPU host (TRITON_INTERPRET=1, set by conftest.py without a GPU)")
         from kda_lab.correctness import check_row
-        from kda_lab.interpret import interpretable
+        from kda_lab.interpret import cuda_sources, interpretable, sglang_fallbacks_interpretable
+        from kda_lab.run import candidate_identity
 
+        cand = candidate_identity(task, register=False)
+        cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
+        if cuda:
+            pytest.skip(f"a CUDA candidate cannot run on CPU (src/{cuda[0]}): checked by the gpu tests")
         w = by_name[row]
         module, _, fn = task.functions[w.fn].sglang.partition(":")
-        results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
-                            {"baseline": interpretable(module, fn)}, seed=1, device="cpu")
+        with sglang_fallbacks_interpretable(task, [w.fn]):
+            results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
+                                {"baseline": interpretable(module, fn), "candidate": cand.exports[w.fn]}, seed=1,
+                                device="cpu", installed=cand.exports)
         assert all(r.ok for r in results), "\n".join(r.describe() for r in results)
 
     @pytest.mark.gpu
     @pytest.mark.parametrize("row", [w.name for w in task.workloads])
     def test_candidate_on_gpu(row: str) -> None:
+        import torch
+
         from kda_lab.correctness import check_row
         from kda_lab.run import candidate_identity, cuda_device, resolve_entry
 
+        if not torch.cuda.is_available():
+            pytest.skip(f"needs a CUDA GPU ({task.arch}); on CPU the candidate is checked in the interpreter")
         device = cuda_device(task)
         w = by_name[row]
         cand = candidate_identity(task, register=False)
         impls = {"baseline": resolve_entry(task.functions[w.fn].entry), "candidate": cand.exports[w.fn]}
-        results = check_row(task, w, contract(task.family, w.fn), impls, seed=7, device=device)
+        results = check_row(task, w, contract(task.family, w.fn), impls, seed=7, device=device,
+                            installed=cand.exports)
         assert all(r.ok for r in results if r.impl == "candidate"), "\n".join(r.describe() for r in results)
 
     tests = {
@@ -61,5 +77,5 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
         "test_candidate_on_gpu": test_candidate_on_gpu,
     }
     if tiny:
-        tests["test_sglang_triton_baseline_in_interpreter"] = test_sglang_triton_baseline_in_interpreter
+        tests["test_candidate_and_sglang_in_interpreter"] = test_candidate_and_sglang_in_interpreter
     return tests

@@ -2,17 +2,27 @@
 # Run lab commands on the offline GPU box (the `device` tool): install the staged SGLang once per box, then
 # run each argument as one `kda` command, and pack every task's ledgers into $OUT/ledgers.tgz.
 #
-#   KDA_GIT_COMMIT=<sha> [KDA_CMD_TIMEOUT=<s>] bash scripts/gpu_box.sh "doctor" "check <task>" "bench <task> --aa"
+#   [KDA_CMD_TIMEOUT=<s>] bash scripts/gpu_box.sh "doctor" "check <task>" "bench <task> --aa"
 #
-# The box receives a copy of the working tree without .git, so the commit comes in KDA_GIT_COMMIT.
-# Back here: scripts/unpack_ledgers.sh <files_at>/ledgers.tgz, then commit the ledgers.
+# The box receives a copy of the working tree without .git: the commit is taken here, where the repository is,
+# into the ignored file .kda-git-commit (`git rev-parse HEAD > .kda-git-commit`, carried with .gpu-stage-a),
+# or given literally as KDA_GIT_COMMIT=<sha>. Back here: scripts/unpack_ledgers.sh <files_at>/ledgers.tgz.
 set -euo pipefail
 if [ "$#" -eq 0 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 : "${OUT:?OUT is unset: this script runs on the GPU box through the device tool}"
-: "${KDA_GIT_COMMIT:?set KDA_GIT_COMMIT to the commit being measured (git rev-parse HEAD)}"
+if [ -z "${KDA_GIT_COMMIT:-}" ] && [ -s .kda-git-commit ]; then
+  KDA_GIT_COMMIT=$(head -n 1 .kda-git-commit)
+fi
+if ! [[ ${KDA_GIT_COMMIT:-} =~ ^[0-9a-f]{7,40}$ ]]; then
+  echo "no commit to record: on your machine, in the repository, run \`git rev-parse HEAD > .kda-git-commit\`" \
+       "and carry .kda-git-commit with .gpu-stage-a (or pass KDA_GIT_COMMIT=<sha> literally); the box has no .git," \
+       "so \$(git rev-parse HEAD) evaluated here is empty (docs/gpu-box.md)" >&2
+  exit 2
+fi
+export KDA_GIT_COMMIT
 export KDA_GIT_DIRTY="${KDA_GIT_DIRTY:-0}" PYTHONUNBUFFERED=1
 # shellcheck disable=SC1090
 if ! { [ -f ~/kda-env.sh ] && source ~/kda-env.sh && python3 -c "import sglang" 2>/dev/null; }; then

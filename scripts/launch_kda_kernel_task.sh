@@ -24,17 +24,29 @@ Humanize gen-plan + RLCR loop:
      kernels/<task>/task.toml and a root .gitignore that ignores .humanize*
   2. create branch kda-base/<task>-<run-id> at the base commit (the review base for Codex)
   3. create branch kda/<task>-<run-id> checked out at KDA_WORKTREE_BASE/<task>-<run-id>
-  4. write .humanize/kernel-agent/draft.md in the worktree (task prompt + GPU constraints +
+  4. make the worktree runnable: .venv in the worktree (the lab from the worktree, its dependencies
+     from KDA_PYTHON's environment), then `kda validate <task>` there must pass
+  5. write .humanize/kernel-agent/draft.md in the worktree (task prompt + GPU constraints +
      the lab's commands)
-  5. print the two Humanize commands to type in Claude Code
-  6. exec Claude Code in the worktree with CLAUDE_PROJECT_DIR=<worktree>; any arguments after
-     the task path are passed to Claude Code unchanged
+  6. print the two Humanize commands to type in Claude Code
+  7. exec Claude Code in the worktree with CLAUDE_PROJECT_DIR=<worktree> and the worktree's .venv/bin
+     first on PATH; any arguments after the task path are passed to Claude Code unchanged
+
+Before step 1 it checks that Claude Code and the Humanize plugin are installed (unless KDA_NO_CLAUDE=1)
+and creates nothing when either is missing. --help (also after the task path) prints this and changes
+nothing.
 
 Environment:
   KDA_BASE_BRANCH    base ref for the new branches (default: the current branch)
   KDA_WORKTREE_BASE  folder that holds the worktrees (default: <repo>/../kda-worktrees)
   KDA_RUN_ID         run id used in branch and folder names (default: UTC time, 20261121-221500)
-  KDA_NO_CLAUDE      1: prepare the worktree and print the commands, but do not start Claude Code
+  KDA_NO_CLAUDE      1: prepare the worktree and print the commands, but do not check for or start
+                     Claude Code / Humanize (the launcher says what it skipped)
+  KDA_PYTHON         python of an environment with the lab's dependencies (torch, triton, SGLang)
+                     (default: <main clone>/.venv/bin/python, made by scripts/setup_env.sh)
+  HUMANIZE_DIR       where the Humanize plugin is installed (default: found under ~/.claude)
+  KDA_NO_VENV        1: do not create the worktree's .venv nor run kda validate there (the draft
+                     then says to run scripts/setup_env.sh in the worktree first)
   CLAUDE_BIN         Claude Code executable (default: claude)
   CLAUDE_MODEL       passed to Claude Code as --model <value>
   CLAUDE_EFFORT      exported to Claude Code unchanged
@@ -44,8 +56,7 @@ Environment:
 
 Exit status: 0 when Claude Code ran (its own status) or KDA_NO_CLAUDE=1 prepared the worktree;
 1 when the launch was refused (the message says why and how to fix it); 2 for a usage error;
-127 when the worktree is ready but Claude Code is not installed (install it, then run the printed
-resume command).
+127 when Claude Code or the Humanize plugin is not installed (nothing was created).
 EOF
 }
 
@@ -86,6 +97,13 @@ esac
 
 task_arg=$1
 shift
+# The kNN wrappers pass the task first: `kNN_<task>.sh --help` arrives here as `kernels/<task> --help`.
+case ${1:-} in
+  -h | --help)
+    usage
+    exit 0
+    ;;
+esac
 
 case $task_arg in
   /*)
@@ -245,6 +263,38 @@ if [[ $slug != "${arch}_"* ]]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# Claude Code and Humanize: checked before anything is created
+# ---------------------------------------------------------------------------------------------
+claude_bin=${CLAUDE_BIN:-claude}
+case ${KDA_NO_CLAUDE:-} in
+  "" | 0 | false | no) no_claude=0 ;;
+  *) no_claude=1 ;;
+esac
+find_humanize() {
+  if [[ -n ${HUMANIZE_DIR:-} ]]; then
+    if [[ -d $HUMANIZE_DIR ]]; then printf '%s\n' "$HUMANIZE_DIR"; fi
+    return 0
+  fi
+  [[ -d $HOME/.claude ]] || return 0
+  find "$HOME/.claude" -maxdepth 6 -type d -iname humanize -print -quit 2>/dev/null || true
+}
+if [[ $no_claude -eq 0 ]]; then
+  if ! command -v -- "$claude_bin" >/dev/null 2>&1; then
+    printf '%s: Claude Code (%s) is not installed or not on PATH; nothing was created.\n' "$prog" "$claude_bin" >&2
+    printf '  fix: npm install -g @anthropic-ai/claude-code (or set CLAUDE_BIN to its path), then run this again;\n' >&2
+    printf '  or KDA_NO_CLAUDE=1 to prepare the worktree without it\n' >&2
+    exit 127
+  fi
+  if [[ -z $(find_humanize) ]]; then
+    printf '%s: the Humanize plugin is not installed (no humanize folder under %s); nothing was created.\n' \
+      "$prog" "${HUMANIZE_DIR:-$HOME/.claude}" >&2
+    printf '  fix: in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize\n' >&2
+    printf '  (or set HUMANIZE_DIR to where it is); or KDA_NO_CLAUDE=1 to prepare the worktree without it\n' >&2
+    exit 127
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
 # Refuse anything that already exists
 # ---------------------------------------------------------------------------------------------
 if [[ -e $worktree || -L $worktree ]]; then
@@ -293,6 +343,37 @@ if ! git -C "$worktree" check-ignore -q -- "$draft_rel" || ! git -C "$worktree" 
 fi
 
 # ---------------------------------------------------------------------------------------------
+# A runnable worktree: .venv with the lab from the worktree and the dependencies of KDA_PYTHON's
+# environment (plain path lines in a .pth: that environment's own .pth files, e.g. the main clone's
+# editable kda_lab, are not processed, so `import kda_lab` is the worktree's); then kda validate.
+# ---------------------------------------------------------------------------------------------
+venv_note=""
+if [[ ${KDA_NO_VENV:-0} != 1 && -d $worktree/kda_lab && -f $worktree/pyproject.toml ]]; then
+  kda_python=${KDA_PYTHON:-$main_root/.venv/bin/python}
+  if [[ ! -x $kda_python ]]; then
+    die "no Python environment with the lab's dependencies at $kda_python" \
+      "fix: run scripts/setup_env.sh in $main_root once (creates .venv), or set KDA_PYTHON to the python of an" \
+      "environment that has torch, triton and SGLang 0.5.23 (README: On a machine with an H200 or B200)"
+  fi
+  if ! deps_site=$("$kda_python" -c 'import sysconfig, torch, triton, sglang; print(sysconfig.get_paths()["purelib"])' 2>/dev/null); then
+    die "$kda_python cannot import torch, triton and sglang" \
+      "fix: run scripts/setup_env.sh in $main_root, or set KDA_PYTHON to an environment that has them"
+  fi
+  base_python=$("$kda_python" -c 'import sys; print(sys._base_executable)')
+  "$base_python" -m venv --without-pip "$worktree/.venv"
+  wt_site=$("$worktree/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n%s\n' "$worktree" "$deps_site" >"$wt_site/kda-worktree.pth"
+  printf '#!%s\nimport sys\nfrom kda_lab.cli import main\nsys.exit(main())\n' "$worktree/.venv/bin/python" \
+    >"$worktree/.venv/bin/kda"
+  chmod +x "$worktree/.venv/bin/kda"
+  if ! validate_out=$(cd "$worktree" && .venv/bin/kda validate "$slug" 2>&1); then
+    die "kda validate $slug fails in the new worktree:" "$validate_out" \
+      "fix: make the task valid on the base ($base_ref) and commit it"
+  fi
+  venv_note="lab env      .venv (kda validate $slug: ok; dependencies from $deps_site)"
+fi
+
+# ---------------------------------------------------------------------------------------------
 # The draft: task prompt verbatim, then constraints for this task's own GPU, then the lab's commands
 # ---------------------------------------------------------------------------------------------
 constraints_h200() {
@@ -332,23 +413,44 @@ Target GPU: NVIDIA B200 (Blackwell, compute capability 10.0). Everything below i
 EOF
 }
 
+env_line() {
+  if [[ -n $venv_note ]]; then
+    printf '%s' "\`kda\` is this worktree's \`.venv/bin/kda\` (the launcher put \`.venv/bin\` first on PATH for
+Claude Code; elsewhere: \`source .venv/bin/activate\`)."
+  else
+    printf '%s' "This worktree has no environment yet: run \`scripts/setup_env.sh\` once (creates \`.venv\`), then
+\`source .venv/bin/activate\` so that \`kda\` is on PATH."
+  fi
+}
+
 lab_commands() {
   cat <<EOF
 ## The lab's commands
 
-Run them from the worktree root. The harness (kda_lab/) is shared by every task; the task stays thin.
+Run them from the worktree root. $(env_line) The contract
+of \`src/\` (EXPORTS, signatures, fallbacks, evidence before promotion) is
+kernels/$slug/interface.md. The harness (kda_lab/) is shared by every task; the task stays thin.
 
+- \`kda validate $slug\`
+  task.toml schema, the folder contract, ledger schemas and their append-only history.
+- \`kda check $slug --interpret\`
+  CPU: the candidate (src/register.py EXPORTS) in the Triton interpreter on the rows tagged
+  \`tiny\` (fp32/fp16) against the fp64 oracle, and bit for bit against SGLang's kernel for
+  functions declared \`exact\`. Lists the rows and dtypes it skips. A CPU verdict, recorded as
+  such; never GPU evidence. A CUDA candidate cannot run on CPU: "not checked".
 - \`kda check $slug\`
-  Correctness against the lab's oracles and the SGLang baseline: poisoned outputs, random shapes
-  beyond the production table, in-place ops compared clone for clone.
+  GPU: the candidate and the SGLang baseline against the fp64 oracle on every row of task.toml
+  (production and test rows), fresh seeded inputs (\`--seeds\`), NaN-poisoned outputs, bit for bit
+  (torch.equal) with SGLang for \`exact\` functions, the candidate run as if installed (a fallback
+  through the facade fails). Recorded in solutions.jsonl.
 - \`kda bench $slug\`
   Device time by CUDA-graph replay, baseline and candidate interleaved; appends rows to the
   task's benchmark.csv ledger.
 - \`kda bench $slug --aa\`
   The A/A pass (baseline against baseline): this session's noise floor. Run it once per session.
 - \`python scripts/export_kda_kernels/export.py $slug\`
-  Promotion into kda_kernels. It refuses unless the ledgers hold a passing correctness run and a
-  benchmark run at the exact source hash being exported, with geomean >= 1.0 and no production
+  Promotion into kda_kernels. It refuses unless the ledgers hold a passing GPU correctness run and
+  a benchmark run at the exact source hash being exported, with geomean >= 1.0 and no production
   row below 0.97x. Promotion is the engineer's call after review; keep the ledgers honest.
 - The GPU box: docs/gpu-box.md says how to reach it and how to run these commands there.
 
@@ -388,13 +490,15 @@ trap - EXIT
 # ---------------------------------------------------------------------------------------------
 # Report, then start Claude Code
 # ---------------------------------------------------------------------------------------------
-claude_bin=${CLAUDE_BIN:-claude}
 claude_args=()
 if [[ -n ${CLAUDE_MODEL:-} ]]; then
   claude_args+=(--model "$CLAUDE_MODEL")
 fi
 
 resume="cd $(printf '%q' "$worktree") && CLAUDE_PROJECT_DIR=$(printf '%q' "$worktree")"
+if [[ -n $venv_note ]]; then
+  resume+=" PATH=$(printf '%q' "$worktree/.venv/bin"):\$PATH"
+fi
 if [[ -n ${CLAUDE_EFFORT+x} ]]; then
   resume+=" CLAUDE_EFFORT=$(printf '%q' "$CLAUDE_EFFORT")"
 fi
@@ -413,37 +517,27 @@ review base  $review_branch
 worktree     $worktree
 branch       $work_branch
 draft        $draft_rel
-
+${venv_note:+$venv_note
+}
 In Claude Code (project root: the worktree), run:
   /humanize:gen-plan --input $draft_rel --output $plan_rel
   /humanize:start-rlcr-loop $plan_rel --codex-timeout 5400 --base-branch $review_branch
 
 EOF
 
-case ${KDA_NO_CLAUDE:-} in
-  "" | 0 | false | no) ;;
-  *)
-    printf 'KDA_NO_CLAUDE is set: the worktree is ready; Claude Code was not started. Start it with:\n  %s\n' \
-      "$resume"
-    exit 0
-    ;;
-esac
-
-if ! command -v -- "$claude_bin" >/dev/null 2>&1; then
-  {
-    printf '%s: Claude Code (%s) is not installed or not on PATH, so it could not be started.\n' \
-      "$prog" "$claude_bin"
-    printf 'The worktree is ready. Install Claude Code:\n'
-    printf '  npm install -g @anthropic-ai/claude-code\n'
-    printf '(or set CLAUDE_BIN to its path), then start it in the worktree:\n'
-    printf '  %s\n' "$resume"
-  } >&2
-  exit 127
+if [[ $no_claude -eq 1 ]]; then
+  printf 'KDA_NO_CLAUDE is set: the worktree is ready. Skipped: the checks for Claude Code (%s) and the\n' \
+    "$claude_bin"
+  printf 'Humanize plugin, and starting Claude Code. Start it with:\n  %s\n' "$resume"
+  exit 0
 fi
 
 printf 'Starting Claude Code: %s\n' "$resume"
 cd -- "$worktree"
 export CLAUDE_PROJECT_DIR=$worktree
+if [[ -n $venv_note ]]; then
+  export PATH=$worktree/.venv/bin:$PATH
+fi
 if [[ -n ${CLAUDE_EFFORT+x} ]]; then
   export CLAUDE_EFFORT
 fi

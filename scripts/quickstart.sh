@@ -13,5 +13,5 @@ scripts/setup_env.sh
 if .venv/bin/python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
   .venv/bin/kda check "$task"
 else
-  .venv/bin/kda check "$task" --interpret
+  .venv/bin/kda check "$task" --interpret --no-record   # a CPU verdict; not recorded on a fresh clone
 fi

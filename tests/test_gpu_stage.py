@@ -293,3 +293,22 @@ def test_a_missing_pin_stops_the_stage_before_any_download(tmp_path: Path) -> No
     r = run(["bash", "scripts/gpu_stage.sh"], env, repo)
     assert r.returncode == 2 and "no nvidia-cutlass-dsl-libs-core==VERSION line in requirements/gpu.txt" in r.stderr
     assert not (tmp_path / "cache").exists() and not (repo / ".gpu-stage-a").exists()
+
+
+def test_stage_from_a_linked_worktree_keeps_the_folders_out_of_git(tmp_path: Path) -> None:
+    # A linked worktree's .git is a file: the exclude file is found with `git rev-parse --git-path info/exclude`.
+    wheels = wheel_dir(tmp_path, os.urandom(1000))
+    repo = checkout(tmp_path)
+    env = clean_env(tmp_path, KDA_STAGE_WHEELS=str(wheels), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+                    GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    assert run(["git", "add", "-A"], env, repo).returncode == 0
+    assert run(["git", "commit", "-qm", "scripts"], env, repo).returncode == 0
+    wt = tmp_path / "wt"
+    assert run(["git", "worktree", "add", "-q", str(wt)], env, repo).returncode == 0
+    assert (wt / ".git").is_file()
+    r = run(["bash", "scripts/gpu_stage.sh"], env, wt)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert (wt / ".gpu-stage-a").is_dir() and (wt / ".gpu-stage-b").is_dir()
+    assert run(["git", "status", "--porcelain", "--untracked-files=all"], env, wt).stdout.count(".gpu-stage") == 0
+    exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    assert exclude.count("/.gpu-stage-a/") == 1

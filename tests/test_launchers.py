@@ -193,6 +193,9 @@ def lab(tmp_path: Path) -> Lab:
     env["PATH"] = os.pathsep.join([str(stub_dir), path_without_claude(env.get("PATH", "/usr/bin:/bin"))])
     env["STUB_CLAUDE_LOG"] = str(stub_log)
     env["KDA_WORKTREE_BASE"] = str(tmp_path / "wt")
+    humanize = tmp_path / "home" / ".claude" / "plugins" / "humanize"
+    humanize.mkdir(parents=True)
+    env["HOME"] = str(tmp_path / "home")  # Claude Code's plugins live under ~/.claude
 
     result = Lab(
         tmp=tmp_path, repo=repo, wt_base=tmp_path / "wt", stub_dir=stub_dir, stub_log=stub_log, env=env
@@ -286,7 +289,7 @@ def test_kda_no_claude_prepares_only(lab: Lab) -> None:
     wt = lab.wt_base / f"{H200}-prep"
     assert (wt / DRAFT).is_file()
     assert not lab.stub_log.exists()
-    assert "Claude Code was not started" in r.stdout
+    assert "Skipped: the checks for Claude Code (claude) and the\nHumanize plugin, and starting Claude Code" in r.stdout
     assert f"cd {real(wt)} && CLAUDE_PROJECT_DIR={real(wt)} claude --model m1" in r.stdout
     assert lab.kda_branches() == [f"kda-base/{H200}-prep", f"kda/{H200}-prep"]
 
@@ -404,25 +407,34 @@ def test_base_is_current_branch_unless_kda_base_branch_is_set(lab: Lab) -> None:
     assert "base         main @" in r.stdout
 
 
-def test_claude_missing_prepares_worktree_prints_install_and_resume_exit_127(lab: Lab) -> None:
+def test_claude_missing_creates_nothing_and_says_how_to_install_exit_127(lab: Lab) -> None:
     env = {"KDA_RUN_ID": "noclaude", "PATH": path_without_claude(lab.env["PATH"]), "CLAUDE_MODEL": "m2"}
     r = lab.run(f"kernels/{H200}", "--extra", env=env)
     assert r.returncode == 127, r.stderr
-    wt = lab.wt_base / f"{H200}-noclaude"
-    assert (wt / DRAFT).is_file()
-    assert lab.kda_branches() == [f"kda-base/{H200}-noclaude", f"kda/{H200}-noclaude"]
-    assert "npm install -g @anthropic-ai/claude-code" in r.stderr
-    resume = f"cd {real(wt)} && CLAUDE_PROJECT_DIR={real(wt)} claude --model m2 --extra"
-    assert resume in r.stderr
-    assert "/humanize:start-rlcr-loop" in r.stdout  # the commands are still printed
+    assert "npm install -g @anthropic-ai/claude-code" in r.stderr and "nothing was created" in r.stderr
+    assert not (lab.wt_base / f"{H200}-noclaude").exists()
+    assert lab.kda_branches() == []
 
-    # the printed resume line is exact: running it (with claude installed) starts Claude in the worktree
-    done = subprocess.run(["bash", "-c", resume], env=lab.env, capture_output=True, text=True, cwd=lab.tmp)
-    assert done.returncode == 0, done.stderr
-    log = parse_stub_log(lab.stub_log)
-    assert log["cwd"] == real(wt)
-    assert log["env"]["CLAUDE_PROJECT_DIR"] == real(wt)
-    assert log["args"] == ["--model", "m2", "--extra"]
+
+def test_humanize_missing_creates_nothing_exit_127(lab: Lab) -> None:
+    empty_home = lab.tmp / "empty-home"
+    empty_home.mkdir()
+    r = lab.run(f"kernels/{H200}", env={"KDA_RUN_ID": "nohz", "HOME": str(empty_home)})
+    assert r.returncode == 127, r.stderr
+    assert "Humanize plugin is not installed" in r.stderr and "/plugin install humanize" in r.stderr
+    assert not (lab.wt_base / f"{H200}-nohz").exists() and lab.kda_branches() == []
+    r = lab.run(f"kernels/{H200}", env={"KDA_RUN_ID": "hzdir", "HOME": str(empty_home),
+                                        "HUMANIZE_DIR": str(lab.tmp / "home" / ".claude" / "plugins" / "humanize")})
+    assert r.returncode == 0, r.stderr
+
+
+def test_knn_help_prints_usage_and_changes_nothing(lab: Lab) -> None:
+    before = (lab.kda_branches(), lab.worktrees())
+    for flag in ("--help", "-h"):
+        r = lab.run(flag, script=lab.knn(H200), env={"PATH": path_without_claude(lab.env["PATH"])})
+        assert r.returncode == 0 and "Usage:" in r.stdout, r.stderr
+    assert (lab.kda_branches(), lab.worktrees()) == before
+    assert not lab.wt_base.exists()
 
 
 def test_claude_bin_override_and_missing_claude_bin(lab: Lab) -> None:
@@ -436,6 +448,7 @@ def test_claude_bin_override_and_missing_claude_bin(lab: Lab) -> None:
     r = lab.run(f"kernels/{H200}", env={"KDA_RUN_ID": "bin2", "CLAUDE_BIN": "no-such-claude-binary"})
     assert r.returncode == 127
     assert "no-such-claude-binary" in r.stderr and "npm install -g @anthropic-ai/claude-code" in r.stderr
+    assert not (lab.wt_base / f"{H200}-bin2").exists()
 
 
 def test_help_lists_every_env_var(lab: Lab) -> None:

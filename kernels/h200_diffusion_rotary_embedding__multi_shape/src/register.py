@@ -1,14 +1,19 @@
-"""Candidate c000: SGLang 0.5.23's own kernels, through the public facade (the baseline as a candidate).
+"""Candidate c000: SGLang 0.5.23's own kernels (the baseline as a candidate).
 
-Replace EXPORTS' values with the new implementation, keep the keys (SGLang function names) and signatures.
-Importing this module must not need a GPU.
+Each value forwards to SGLang's function, resolved on its first call (``kda_kernels.lazy_baseline``) from the
+module that defines it, never from the ``sglang.kernels.ops.diffusion`` facade: once the overlay is installed the
+facade holds the promoted candidate, and a fallback taken from it would call itself. Importing this module needs
+no GPU and imports none of SGLang's kernel modules. Replace EXPORTS' values with the new implementation; keep the
+keys (SGLang function names), the signatures and the return conventions (prompt.md K); fall back with
+``lazy_baseline(name)`` or ``kda_kernels.baseline(name)``. Import siblings relatively (``from .kernel import
+...``): the exporter copies ``src/`` into ``kda_kernels``.
 """
 
-import sglang.kernels.ops.diffusion as _facade
+from kda_kernels import lazy_baseline
 
 BASELINE = True  # this candidate is the SGLang baseline itself (lineage status "baseline")
 
 EXPORTS = {
-    "apply_rotary_embedding": _facade.apply_rotary_embedding,
-    "apply_ltx2_split_rotary_emb": _facade.apply_ltx2_split_rotary_emb,
+    "apply_rotary_embedding": lazy_baseline("apply_rotary_embedding"),
+    "apply_ltx2_split_rotary_emb": lazy_baseline("apply_ltx2_split_rotary_emb"),
 }
