@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from kda_lab import ledger
+from kda_lab.evidence import bench_row_counts
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
@@ -19,10 +20,16 @@ def _latest_status(task: Task) -> str:
     return rows[-1]["status"] if rows else "no candidate"
 
 
+def evidence_runs(task: Task) -> dict[str, list[dict[str, str]]]:
+    """Runs measured on a GPU that is the task's arch (an H100's rows never count for h200), not superseded."""
+    return {rid: rows for rid, rows in ledger.runs(ledger.read_benchmark_rows(task.path)).items()
+            if bench_row_counts(rows[0], task.arch)}
+
+
 def best_speedup(task: Task) -> tuple[float | None, str]:
     """Best geomean over bench-mode runs in the ledger (None if no candidate was benchmarked)."""
     best: tuple[float | None, str] = (None, "")
-    for run_id, rows in ledger.runs(ledger.read_benchmark_rows(task.path)).items():
+    for run_id, rows in evidence_runs(task).items():
         if rows[0]["mode"] != "bench":
             continue
         g = ledger.summarize_run(rows)["geomean"]
@@ -34,7 +41,7 @@ def best_speedup(task: Task) -> tuple[float | None, str]:
 def latest_row_numbers(task: Task) -> dict[str, dict[str, str]]:
     """Per row, the most recent ledger row that measured it (any mode)."""
     latest: dict[str, dict[str, str]] = {}
-    for rows in ledger.runs(ledger.read_benchmark_rows(task.path)).values():
+    for rows in evidence_runs(task).values():
         for r in rows:
             latest[r["row"]] = r
     return latest
@@ -162,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except TaskError as e:
+    except (TaskError, ledger.LedgerError) as e:
         print(f"kda: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:

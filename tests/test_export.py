@@ -30,11 +30,19 @@ FNS = ("fuse_scale_shift_kernel", "fuse_layernorm_scale_shift_gate_select01_kern
 SGL = "sglang.kernels.ops.diffusion.modulate.scale_shift_triton"
 
 
+# The fixture's production table (row name, function): the third function has no production rows.
+TABLE = [("fuse_scale_shift_kernel-row0", FNS[0]), ("fuse_scale_shift_kernel-row1", FNS[0]),
+         ("fuse_layernorm_scale_shift_gate_select01_kernel-row2", FNS[1])]
+
+
 def _task_toml(slug=SLUG, arch="h200", sglang_override=None):
     lines = [f'slug = "{slug}"', f'arch = "{arch}"', f'family = "{FAMILY}"', 'title = "fixture"', ""]
     for fn in FNS:
         target = sglang_override if (sglang_override and fn == FNS[0]) else f"{SGL}:{fn}"
         lines += ["[[functions]]", f'name = "{fn}"', f'sglang = "{target}"', ""]
+    for name, fn in TABLE:
+        lines += ["[[workloads]]", f'name = "{name}"', f'fn = "{fn}"', 'kind = "production"', ""]
+    lines += ["[[workloads]]", 'name = "a-test-row"', f'fn = "{FNS[0]}"', 'kind = "test"', ""]
     return "\n".join(lines)
 
 
@@ -65,7 +73,7 @@ def lab(tmp_path):
     (task / "task.toml").write_text(_task_toml())
     (task / "src" / "kernel.py").write_text(KERNEL)
     (task / "src" / "register.py").write_text(REGISTER)
-    (task / "benchmark.csv").write_text("")
+    (task / "benchmark.csv").write_text(ledger.header_line() + "\n")
     (task / "solutions.jsonl").write_text("")
     return root
 
@@ -82,19 +90,21 @@ def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=
                            git_commit="0123abc", command="kda check", note="")
 
 
-def add_bench(root, h, speedups, run_id="run-1", arch="h200", supersedes="", ts="2026-11-20T10:00:00Z", slug=SLUG):
-    rows = []
-    for i, (fn, sp) in enumerate(speedups):
-        rows.append({"ts": ts, "run_id": run_id, "task": slug, "arch": arch, "mode": "bench", "candidate_id": "c001",
-                     "source_hash": h, "function": fn, "row": f"{fn}-row{i}", "row_kind": "production",
-                     "speedup": sp, "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "driver": "570", "torch": "2.9",
-                     "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "git_commit": "feedc0de",
-                     "command": "kda bench", "supersedes": supersedes})
-    ledger.append_benchmark_rows(root / "kernels" / slug, rows)
+def add_bench(root, h, speedups, run_id="run-1", arch="h200", supersedes="", ts="2026-11-20T10:00:00Z", slug=SLUG,
+              gpu="NVIDIA H200", mode="bench", rows=None):
+    """One run: ``speedups[i]`` for TABLE's i-th row (``rows``: only those indices)."""
+    out = []
+    for i in (range(len(speedups)) if rows is None else rows):
+        name, fn = TABLE[i]
+        out.append({"ts": ts, "run_id": run_id, "task": slug, "arch": arch, "mode": mode, "candidate_id": "c001",
+                    "source_hash": h, "function": fn, "row": name, "row_kind": "production",
+                    "speedup": speedups[i], "gpu_name": gpu, "gpu_cc": "9.0", "driver": "570", "torch": "2.9",
+                    "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "overlay": "off", "git_commit": "feedc0de",
+                    "command": "kda bench", "supersedes": supersedes})
+    ledger.append_benchmark_rows(root / "kernels" / slug, out)
 
 
-GOOD = [("fuse_scale_shift_kernel", 1.3), ("fuse_scale_shift_kernel", 1.1),
-        ("fuse_layernorm_scale_shift_gate_select01_kernel", 1.05)]
+GOOD = [1.3, 1.1, 1.05]
 
 
 def run(root, *args, capsys=None):
@@ -122,7 +132,7 @@ def family_init(root):
 def test_refuses_without_evidence(lab, capsys):
     before = tree_digest(lab)
     rc, out = run(lab, SLUG, capsys=capsys)
-    assert rc == 1 and "no passing correctness run on a GPU" in out
+    assert rc == 1 and "no passing correctness run on an H200" in out
     assert tree_digest(lab) == before
 
 
@@ -130,7 +140,7 @@ def test_refuses_cpu_only_correctness_and_missing_bench(lab, capsys):
     h = src_hash(lab)
     add_check(lab, h, gpu="cpu")
     rc, out = run(lab, SLUG, capsys=capsys)
-    assert rc == 1 and "no passing correctness run on a GPU" in out
+    assert rc == 1 and "no passing correctness run on an H200" in out
     add_check(lab, h)
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "no benchmark run" in out
@@ -147,8 +157,8 @@ def test_refuses_a_source_hash_mismatch(lab, capsys):
 
 
 @pytest.mark.parametrize("speedups,why", [
-    ([("fuse_scale_shift_kernel", 0.99), ("fuse_scale_shift_kernel", 0.995)], "geomean 0.992x"),
-    ([("fuse_scale_shift_kernel", 1.5), ("fuse_scale_shift_kernel", 0.96)], "worst 0.960x"),
+    ([0.99, 0.995, 0.99], "geomean 0.992x"),
+    ([1.5, 0.96, 1.0], "worst 0.960x"),
 ])
 def test_refuses_a_failing_gate(lab, capsys, speedups, why):
     h = src_hash(lab)
@@ -165,7 +175,7 @@ def test_refuses_other_arch_superseded_runs_and_a_later_failing_check(lab, capsy
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "no benchmark run" in out
     add_bench(lab, h, GOOD, run_id="run-1")
-    add_bench(lab, h, [("fuse_scale_shift_kernel", 0.5)], run_id="run-2", supersedes="run-1")
+    add_bench(lab, h, [0.5, 0.5, 0.5], run_id="run-2", supersedes="run-1")
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "run-2 fails the gate" in out
     add_bench(lab, h, GOOD, run_id="run-3")
@@ -349,7 +359,7 @@ def test_a_later_run_without_production_rows_keeps_the_evidence(lab, capsys):
         "run_id": "e2e-1", "task": SLUG, "arch": "h200", "mode": "bench", "candidate_id": "c001", "source_hash": h,
         "function": "e2e:block", "row": "block", "row_kind": "test", "speedup": 0.5, "gpu_name": "NVIDIA H200",
         "gpu_cc": "9.0", "driver": "570", "torch": "2.9", "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23",
-        "git_commit": "feedc0de", "command": "e2e"}])
+        "overlay": "off", "git_commit": "feedc0de", "command": "e2e"}])
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 0, out
     rc, out = run(lab, "--check", capsys=capsys)

@@ -16,7 +16,7 @@ def _row(**kw):
     base = {"run_id": "r1", "task": FSS, "arch": "h200", "mode": "bench", "candidate_id": "c001", "source_hash": "abc",
             "function": "f", "row": "row1", "row_kind": "production", "speedup": 1.5, "gpu_name": "NVIDIA H200",
             "gpu_cc": "9.0", "driver": "580", "torch": "2.11", "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23",
-            "git_commit": "deadbeef", "command": "kda bench x"}
+            "overlay": "off", "git_commit": "deadbeef", "command": "kda bench x"}
     base.update(kw)
     return base
 

@@ -22,7 +22,7 @@ README_TEXT = (
 )
 ENV = {
     "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "driver": "580.159.04", "torch": "2.11.0+cu130",
-    "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23", "git_commit": "0" * 40, "git_dirty": "0",
+    "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23", "overlay": "off", "git_commit": "0" * 40, "git_dirty": "0",
     "command": "kda bench synthetic",
 }
 
