@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -47,23 +48,42 @@ def resolve_entry(entry: str) -> Callable[..., Any]:
                        "(`pip install --no-deps sglang==0.5.23`, see README) or run on the GPU box.") from e
 
 
-def _kda_globals(fn: Callable[..., Any]) -> list[str]:
-    """Names ``fn``'s code (nested functions included) reads from its module globals that hold a KDA object:
-    SGLang's apply_group_norm_silu calls triton_group_norm_silu through its module global, which the overlay
-    rebinds, so the original wrapper would time KDA's kernel."""
+def _kda_callees(fn: Callable[..., Any]) -> list[str]:
+    """What ``fn``'s code (nested functions included) reaches that is a KDA object: module globals it reads and
+    names it imports inside the function. SGLang's apply_group_norm_silu does ``from ...group_norm_silu_triton
+    import triton_group_norm_silu`` at call time, and the overlay rebinds that module attribute: the original
+    wrapper would time KDA's kernel. Only modules already imported are looked at (nothing is imported here)."""
+    import dis
+    import importlib.util
+
     from kda_kernels.dispatch import is_kda_object
 
     code = getattr(fn, "__code__", None)
     glb = getattr(fn, "__globals__", None)
     if code is None or not isinstance(glb, dict):
         return []
-    names: set[str] = set()
+    found: set[str] = set()
     stack = [code]
     while stack:
         c = stack.pop()
-        names.update(c.co_names)
-        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
-    return sorted(n for n in names if is_kda_object(glb.get(n)))
+        stack += [k for k in c.co_consts if hasattr(k, "co_code")]
+        module, level = None, 0
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and is_kda_object(glb.get(ins.argval)):
+                found.add(str(ins.argval))
+            elif ins.opname == "LOAD_CONST" and isinstance(ins.argval, int):
+                level = ins.argval  # IMPORT_NAME's level is the constant loaded two instructions before
+            elif ins.opname == "IMPORT_NAME":
+                try:
+                    module = importlib.util.resolve_name("." * level + ins.argval, glb.get("__package__")) \
+                        if level else ins.argval
+                except (ImportError, ValueError):
+                    module = None
+            elif ins.opname == "IMPORT_FROM" and module:
+                mod = sys.modules.get(module)
+                if mod is not None and is_kda_object(mod.__dict__.get(ins.argval)):
+                    found.add(f"{ins.argval} (imported from {module})")
+    return sorted(found)
 
 
 def resolve_baseline(spec: FunctionSpec) -> Callable[..., Any]:
@@ -87,7 +107,7 @@ def resolve_baseline(spec: FunctionSpec) -> Callable[..., Any]:
         raise RunError(f"the baseline for {spec.name} resolves to a KDA object ({spec.entry}), not SGLang's "
                        "original: a run would time KDA against itself. kda_kernels.uninstall() or "
                        "KDA_KERNELS_DISABLE=1 before `import sglang`.")
-    inner = _kda_globals(fn)
+    inner = _kda_callees(fn)
     if inner:
         raise RunError(f"SGLang's {spec.name} calls {', '.join(inner)}, which the kda_kernels overlay has replaced "
                        "in this process: its baseline would time KDA code. Run with KDA_KERNELS_DISABLE=1 (or "
