@@ -53,14 +53,17 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print("no tasks under kernels/")
         return 0
     print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<12} {'best':>7}")
+    bad = 0
     for d in dirs:
         try:
             t = load_task(d)
-        except TaskError as e:
+            best, _ = best_speedup(t)
+            status = _latest_status(t)
+        except (TaskError, ledger.LedgerError) as e:
             print(f"{d.name:<52} INVALID: {e}")
+            bad += 1
             continue
-        best, _ = best_speedup(t)
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {_latest_status(t):<12} "
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {status:<12} "
               f"{(f'{best:.2f}x' if best else '-'):>7}")
         if args.rows:
             latest = latest_row_numbers(t)
@@ -72,7 +75,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                 cand = (f", {float(r['candidate_tbps']):.2f} TB/s {r['candidate_id']}"
                         if r and r["candidate_tbps"] and r["mode"] == "bench" else "")
                 print(f"    {w.name:<40} {w.model:<18} {tb}{cand}")
-    return 0
+    return 1 if bad else 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
