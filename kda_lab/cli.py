@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from kda_lab import ledger
+from kda_lab.evidence import bench_row_counts
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
@@ -22,10 +23,16 @@ def task_status(task: Task) -> str:
     return report.load_task_report(task.path, report.read_launchers(repo_root())).status
 
 
+def evidence_runs(task: Task) -> dict[str, list[dict[str, str]]]:
+    """Runs measured on a GPU that is the task's arch (an H100's rows never count for h200), not superseded."""
+    return {rid: rows for rid, rows in ledger.runs(ledger.read_benchmark_rows(task.path)).items()
+            if bench_row_counts(rows[0], task.arch)}
+
+
 def best_speedup(task: Task) -> tuple[float | None, str]:
     """Best geomean over bench-mode runs in the ledger (None if no candidate was benchmarked)."""
     best: tuple[float | None, str] = (None, "")
-    for run_id, rows in ledger.runs(ledger.read_benchmark_rows(task.path)).items():
+    for run_id, rows in evidence_runs(task).items():
         if rows[0]["mode"] != "bench":
             continue
         g = ledger.summarize_run(rows)["geomean"]
@@ -37,7 +44,7 @@ def best_speedup(task: Task) -> tuple[float | None, str]:
 def latest_row_numbers(task: Task) -> dict[str, dict[str, str]]:
     """Per row, the most recent ledger row that measured it (any mode)."""
     latest: dict[str, dict[str, str]] = {}
-    for rows in ledger.runs(ledger.read_benchmark_rows(task.path)).values():
+    for rows in evidence_runs(task).values():
         for r in rows:
             latest[r["row"]] = r
     return latest
@@ -49,14 +56,17 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print("no tasks under kernels/")
         return 0
     print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}")
+    bad = 0
     for d in dirs:
         try:
             t = load_task(d)
-        except TaskError as e:
+            best, _ = best_speedup(t)
+            status = task_status(t)
+        except (TaskError, ledger.LedgerError) as e:
             print(f"{d.name:<52} INVALID: {e}")
+            bad += 1
             continue
-        best, _ = best_speedup(t)
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {task_status(t):<28} "
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {status:<28} "
               f"{(f'{best:.2f}x' if best else '-'):>7}")
         if args.rows:
             latest = latest_row_numbers(t)
@@ -68,7 +78,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                 cand = (f", {float(r['candidate_tbps']):.2f} TB/s {r['candidate_id']}"
                         if r and r["candidate_tbps"] and r["mode"] == "bench" else "")
                 print(f"    {w.name:<40} {w.model:<18} {tb}{cand}")
-    return 0
+    return 1 if bad else 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -172,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except TaskError as e:
+    except (TaskError, ledger.LedgerError) as e:
         print(f"kda: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:

@@ -8,6 +8,9 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from kda_lab import ARCH_CAPABILITY
+from kda_lab.evidence import a_gpu, evidence_arch
+
 Check = tuple[str, bool, str, str]  # (what, ok, found, fix)
 
 
@@ -34,6 +37,19 @@ def _module_version(module: str) -> str:
     return str(getattr(mod, "__version__", "present"))
 
 
+def gpu_evidence_line(name: str, cc: tuple[int, int]) -> str:
+    """Which GPU this is and for which arch its `kda check`/`kda bench` rows count (kda_lab.evidence)."""
+    arch = evidence_arch(name, cc)
+    head = f"{name} cc {cc[0]}.{cc[1]}: "
+    if arch in ARCH_CAPABILITY:
+        return head + f"rows count as {arch} evidence ({arch}_* tasks)"
+    same_cc = [a for a, c in ARCH_CAPABILITY.items() if c == tuple(cc)]
+    if same_cc:
+        return head + (f"rows are recorded as {arch!r} and count for no task: {same_cc[0]}_* tasks run here, but "
+                       f"only {a_gpu(same_cc[0])} makes {same_cc[0]} evidence")
+    return head + f"rows would be recorded as {arch!r}; no lab arch has this capability (h200_*/b200_* tasks refuse it)"
+
+
 def checks() -> list[Check]:
     out: list[Check] = []
     try:
@@ -43,8 +59,7 @@ def checks() -> list[Check]:
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 cc = torch.cuda.get_device_capability(i)
-                arch = {(9, 0): "h200 tasks", (10, 0): "b200 tasks"}.get(cc, "no lab arch")
-                out.append((f"GPU {i}", True, f"{torch.cuda.get_device_name(i)} cc {cc[0]}.{cc[1]} ({arch})", ""))
+                out.append((f"GPU {i}", True, gpu_evidence_line(torch.cuda.get_device_name(i), cc), ""))
         else:
             out.append(("GPU", False, "none (CPU only: correctness via --interpret; timings need the GPU box)",
                         "see docs/gpu-box.md to run on the H200 box"))

@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kda_lab import ARCH_CAPABILITY
+from kda_lab.evidence import evidence_arch
 
 
 def _version(dist: str) -> str:
@@ -59,11 +59,13 @@ def driver_version() -> str:
         return ""
 
 
-def device_arch(capability: tuple[int, int]) -> str:
-    for arch, cc in ARCH_CAPABILITY.items():
-        if cc == capability:
-            return arch
-    return f"sm{capability[0]}{capability[1]}"
+def overlay_state() -> str:
+    """The ``overlay`` column: ``off``, or ``on:`` and the SGLang functions kda_kernels has swapped in this
+    process (the SGLang patch installs it at ``import sglang``). Baselines resolve SGLang's originals either
+    way (kda_lab.run.resolve_baseline); the column says what else in the process was KDA's."""
+    overlay = sys.modules.get("kda_kernels.overlay")
+    installed = sorted(overlay.installed()) if overlay is not None else []
+    return "on:" + "+".join(installed) if installed else "off"
 
 
 def capture(root: Path, device: Any = None) -> dict[str, str]:
@@ -72,12 +74,14 @@ def capture(root: Path, device: Any = None) -> dict[str, str]:
     env = {
         "torch": torch.__version__, "triton": _version("triton"), "sglang": _sglang_version(),
         "cuda": torch.version.cuda or "", "command": shlex.join(["kda", *sys.argv[1:]]) if sys.argv else "",
+        "overlay": overlay_state(),
     }
     env["git_commit"], env["git_dirty"] = git_state(root)
     if device is not None and torch.device(device).type == "cuda":
         cc = torch.cuda.get_device_capability(device)
-        env.update(gpu_name=torch.cuda.get_device_name(device), gpu_cc=f"{cc[0]}.{cc[1]}", driver=driver_version(),
-                   arch=device_arch(cc))
+        name = torch.cuda.get_device_name(device)
+        # the arch these rows count for comes from the GPU's name (an H100 is (9, 0) too, and not an H200)
+        env.update(gpu_name=name, gpu_cc=f"{cc[0]}.{cc[1]}", driver=driver_version(), arch=evidence_arch(name, cc))
     else:
         env.update(gpu_name="cpu", gpu_cc="", driver="", arch="cpu")
     return env

@@ -1,9 +1,12 @@
 """The two append-only ledgers of a task folder: ``benchmark.csv`` and ``solutions.jsonl``.
 
 Both carry a hash chain (``chain`` = sha256 of the previous row's chain and this row's content), so an
-edited or removed historical row is detectable from the file alone; ``validate_*`` also compares against
-the committed version in git (the committed file must be a prefix of the working copy).
-Mistakes are corrected by appending a row that names the run it supersedes, never by editing.
+edited or removed historical row is detectable from the file alone. The chain has no fixed end, so dropping
+the last rows is caught against git instead: every committed version must extend the one before it, and the
+working copy must extend HEAD's (:func:`validate_git_history`, :func:`validate_against_git`).
+:func:`validate_ledgers` is the one entry point (``kda validate`` and the exporter both run it).
+Mistakes are corrected by appending a run that names the run it supersedes (same mode, arch, GPU model and
+rows), never by editing.
 """
 
 from __future__ import annotations
@@ -21,21 +24,36 @@ from typing import Any
 BENCHMARK_FILE = "benchmark.csv"
 SOLUTIONS_FILE = "solutions.jsonl"
 
-# Fixed schema. Adding a column is a schema change: bump LEDGER_SCHEMA and migrate by appending.
-BENCHMARK_COLUMNS: tuple[str, ...] = (
-    "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
-    "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
-    "baseline_us", "baseline_p10_us", "baseline_p90_us",
-    "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
-    "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
-    "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
-    "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang",
-    "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
+# Fixed schemas, oldest first. Adding a column is a schema change: a new entry here; appending to a ledger
+# written under an older schema first appends the new header line (the migration), and rows above it keep
+# their schema and their chain (never rewritten). Readers fill columns a row's schema lacks with "".
+BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (
+    (  # v1: up to the overlay column
+        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
+        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
+        "baseline_us", "baseline_p10_us", "baseline_p90_us",
+        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
+        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
+        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
+        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang",
+        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
+    ),
+    (  # v2: + overlay (was kda_kernels installed in the measuring process; kda_lab.env.overlay_state)
+        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
+        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
+        "baseline_us", "baseline_p10_us", "baseline_p90_us",
+        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
+        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
+        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
+        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay",
+        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
+    ),
 )
+BENCHMARK_COLUMNS: tuple[str, ...] = BENCHMARK_SCHEMAS[-1]
 BENCHMARK_MODES = ("bench", "aa", "baseline-only")
 ROW_KINDS = ("production", "test")
-# Environment columns that every row measured on a GPU must fill.
-ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "git_commit", "command")
+# Environment columns that every row must fill (those its schema has).
+ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay", "git_commit", "command")
 FLOAT_COLUMNS = (
     "bytes", "baseline_us", "baseline_p10_us", "baseline_p90_us", "candidate_us", "candidate_p10_us",
     "candidate_p90_us", "speedup", "compile_us", "speedup_vs_compile", "copy_us", "sol",
@@ -80,23 +98,81 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _records(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of every CSV record, header lines included."""
+    reader = csv.reader(io.StringIO(text))
+    out = []
+    for fields in reader:
+        out.append((reader.line_num, fields))
+    return out
+
+
+def _parse_benchmark(text: str, where: str) -> tuple[list[tuple[int, tuple[str, ...], list[str]]], list[str]]:
+    """Data records with the schema in force at each (a known header line switches it, oldest to newest),
+    and the structural problems (unknown or backwards header, wrong number of fields)."""
+    rows: list[tuple[int, tuple[str, ...], list[str]]] = []
+    problems: list[str] = []
+    columns: tuple[str, ...] | None = None
+    for line, fields in _records(text):
+        schema = tuple(fields)
+        if schema in BENCHMARK_SCHEMAS:
+            if columns is not None and BENCHMARK_SCHEMAS.index(schema) <= BENCHMARK_SCHEMAS.index(columns):
+                problems.append(f"{where}:{line}: header line repeated or older than the one above it")
+            columns = schema
+            continue
+        if columns is None:
+            problems.append(f"{where}:{line}: header differs from the fixed schema (kda_lab.ledger.BENCHMARK_COLUMNS)")
+            return rows, problems
+        if len(fields) != len(columns):
+            problems.append(f"{where}:{line}: wrong number of fields ({len(fields)}, the schema has {len(columns)})")
+            continue
+        rows.append((line, columns, fields))
+    return rows, problems
+
+
+def _as_row(columns: tuple[str, ...], fields: list[str]) -> dict[str, str]:
+    row = dict.fromkeys(BENCHMARK_COLUMNS, "")
+    row.update(zip(columns, fields, strict=True))
+    return row
+
+
 def read_benchmark_rows(task_dir: Path) -> list[dict[str, str]]:
+    """Every row as a dict over the newest schema (columns a row's schema lacks are ""). A record that does
+    not parse raises LedgerError (run `kda validate`)."""
     path = Path(task_dir) / BENCHMARK_FILE
     if not path.exists():
         return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    rows, problems = _parse_benchmark(path.read_text(), path.name)
+    if problems:
+        raise LedgerError(f"{path}: {problems[0]} (run `kda validate`)")
+    return [_as_row(columns, fields) for _, columns, fields in rows]
+
+
+def _last_chain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
+    if not rows:
+        return ""
+    _, columns, fields = rows[-1]
+    return fields[columns.index("chain")]
 
 
 def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Append rows (unknown keys rejected, missing keys empty), extending the hash chain."""
+    """Append rows (unknown keys rejected, missing keys empty), extending the hash chain. A ledger written
+    under an older schema gets the current header line first (its rows stay as they are)."""
     path = Path(task_dir) / BENCHMARK_FILE
-    existing = read_benchmark_rows(task_dir)
-    prev = existing[-1]["chain"] if existing else ""
-    new_file = not path.exists() or path.stat().st_size == 0
+    text = path.read_text() if path.exists() else ""
+    if text and not text.endswith("\n"):
+        raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
+    existing, problems = _parse_benchmark(text, path.name)
+    if problems:
+        raise LedgerError(f"{path}: {problems[0]}; run `kda validate`")
+    prev = _last_chain(existing)
+    header_in_force = None
+    for _, fields in _records(text):
+        if tuple(fields) in BENCHMARK_SCHEMAS:
+            header_in_force = tuple(fields)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=BENCHMARK_COLUMNS, lineterminator="\n")
-    if new_file:
+    if header_in_force != BENCHMARK_COLUMNS:
         writer.writeheader()
     for row in rows:
         unknown = set(row) - set(BENCHMARK_COLUMNS)
@@ -111,28 +187,27 @@ def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
         f.write(buf.getvalue())
 
 
-def _header_line() -> str:
+def header_line() -> str:
+    """The header a new benchmark.csv starts with (the newest schema)."""
     return ",".join(BENCHMARK_COLUMNS)
 
 
 def validate_benchmark_csv(path: Path) -> list[str]:
-    """Schema, vocabulary, environment columns and hash chain. Returns a list of problems."""
-    problems: list[str] = []
+    """Schema, vocabulary, environment columns, hash chain, supersedes. Returns a list of problems."""
     path = Path(path)
     if not path.exists():
         return [f"{path}: missing"]
     text = path.read_text()
     if not text:
         return [f"{path}: empty (must hold at least the header)"]
-    first = text.splitlines()[0]
-    if first != _header_line():
-        return [f"{path}: header differs from the fixed schema (kda_lab.ledger.BENCHMARK_COLUMNS)"]
+    records, problems = _parse_benchmark(text, path.name)
+    if not text.endswith("\n"):
+        problems.append(f"{path.name}: the last line is cut (no newline at the end of the file)")
     prev = ""
-    for i, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
-        where = f"{path.name}:{i}"
-        if None in row or any(v is None for v in row.values()):
-            problems.append(f"{where}: wrong number of fields")
-            continue
+    rows: list[tuple[str, dict[str, str]]] = []
+    for line, columns, fields in records:
+        where = f"{path.name}:{line}"
+        row = dict(zip(columns, fields, strict=True))
         if row["mode"] not in BENCHMARK_MODES:
             problems.append(f"{where}: mode {row['mode']!r} not in {BENCHMARK_MODES}")
         if row["row_kind"] not in ROW_KINDS:
@@ -143,26 +218,80 @@ def validate_benchmark_csv(path: Path) -> list[str]:
                     float(row[c])
                 except ValueError:
                     problems.append(f"{where}: {c}={row[c]!r} is not a number")
-        missing_env = [c for c in ENV_COLUMNS if not row[c]]
+        missing_env = [c for c in ENV_COLUMNS if c in row and not row[c]]
         if missing_env:
             problems.append(f"{where}: environment columns empty: {missing_env}")
         if not row["run_id"] or not row["source_hash"]:
             problems.append(f"{where}: run_id and source_hash are required")
-        expect = _chain(prev, _row_content(row, BENCHMARK_COLUMNS))
-        if row["chain"] != expect:
+        if row["chain"] != _chain(prev, _row_content(row, columns)):
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
         prev = row["chain"]
+        rows.append((where, _as_row(columns, fields)))
+    return problems + validate_supersedes(rows)
+
+
+def _run_identity(rows: list[dict[str, str]]) -> tuple[str, str, frozenset[tuple[str, str]]]:
+    from kda_lab.evidence import gpu_model_arch
+
+    first = rows[0]
+    return (first["mode"], f"{first['arch']} on {gpu_model_arch(first['gpu_name'])}",
+            frozenset((r["function"], r["row"]) for r in rows))
+
+
+def validate_supersedes(rows: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """A run may supersede only an earlier run of the same mode, measured for the same arch on the same GPU
+    model, over exactly the same rows (a one-row run cannot void a full one)."""
+    problems: list[str] = []
+    runs_in_order: dict[str, list[dict[str, str]]] = {}
+    first_where: dict[str, str] = {}
+    for where, r in rows:
+        runs_in_order.setdefault(r["run_id"], []).append(r)
+        first_where.setdefault(r["run_id"], where)
+    seen: list[str] = []
+    for run_id, rr in runs_in_order.items():
+        where = first_where[run_id]
+        targets = {r["supersedes"] for r in rr}
+        target = next(iter(targets))
+        if len(targets) > 1:
+            problems.append(f"{where}: run {run_id} names several superseded runs {sorted(targets)}")
+        elif target:
+            if target == run_id or target not in seen:
+                problems.append(f"{where}: run {run_id} supersedes {target}, which is not an earlier run")
+            else:
+                mine, theirs = _run_identity(rr), _run_identity(runs_in_order[target])
+                if mine[0] != theirs[0]:
+                    problems.append(f"{where}: run {run_id} ({mine[0]}) supersedes {target} ({theirs[0]}): "
+                                    "only a run of the same mode may supersede another")
+                if mine[1] != theirs[1]:
+                    problems.append(f"{where}: run {run_id} ({mine[1]}) supersedes {target} ({theirs[1]}): "
+                                    "only a run on the same arch and GPU model may supersede another")
+                if mine[2] != theirs[2]:
+                    missing = sorted(row for _, row in theirs[2] - mine[2])
+                    extra = sorted(row for _, row in mine[2] - theirs[2])
+                    problems.append(f"{where}: run {run_id} supersedes {target} but covers other rows "
+                                    f"(missing {len(missing)}: {missing[:5]}, extra {len(extra)}: {extra[:5]}); "
+                                    "only a run over the same rows may supersede another")
+        seen.append(run_id)
     return problems
 
 
 # ---------------------------------------------------------------- solutions.jsonl
 
 def read_solutions(task_dir: Path) -> list[dict[str, Any]]:
+    """Every row; a line that is not JSON raises LedgerError (run `kda validate`)."""
     path = Path(task_dir) / SOLUTIONS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise LedgerError(f"{path}:{i}: not JSON ({e}); run `kda validate`") from None
+    return out
 
 
 def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
@@ -173,6 +302,9 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
         raise LedgerError(f"status {fields.get('status')!r} not in {STATUSES}")
     if fields.get("event") not in EVENTS:
         raise LedgerError(f"event {fields.get('event')!r} not in {EVENTS}")
+    path = Path(task_dir) / SOLUTIONS_FILE
+    if path.exists() and path.stat().st_size and not path.read_text().endswith("\n"):
+        raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
     rows = read_solutions(task_dir)
     prev = rows[-1]["chain"] if rows else ""
     row: dict[str, Any] = {k: fields.get(k) for k in SOLUTION_FIELDS if k != "chain"}
@@ -183,7 +315,7 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
     row["evidence"] = evidence
     row["note"] = row["note"] or ""
     row["chain"] = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
-    with (Path(task_dir) / SOLUTIONS_FILE).open("a") as f:
+    with path.open("a") as f:
         f.write(json.dumps(row, sort_keys=True) + "\n")
     return row
 
@@ -193,8 +325,11 @@ def validate_solutions(path: Path) -> list[str]:
     path = Path(path)
     if not path.exists():
         return [f"{path}: missing"]
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        problems.append(f"{path.name}: the last line is cut (no newline at the end of the file)")
     prev = ""
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
+    for i, line in enumerate(text.splitlines(), start=1):
         where = f"{path.name}:{i}"
         if not line.strip():
             problems.append(f"{where}: blank line")
@@ -204,8 +339,9 @@ def validate_solutions(path: Path) -> list[str]:
         except json.JSONDecodeError as e:
             problems.append(f"{where}: not JSON ({e})")
             return problems
-        if set(row) != set(SOLUTION_FIELDS):
-            problems.append(f"{where}: fields {sorted(row)} differ from the fixed schema {sorted(SOLUTION_FIELDS)}")
+        if not isinstance(row, dict) or set(row) != set(SOLUTION_FIELDS):
+            keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+            problems.append(f"{where}: fields {keys} differ from the fixed schema {sorted(SOLUTION_FIELDS)}")
             continue
         if row["status"] not in STATUSES:
             problems.append(f"{where}: unknown status {row['status']!r} (allowed: {', '.join(STATUSES)})")
@@ -223,23 +359,110 @@ def validate_solutions(path: Path) -> list[str]:
     return problems
 
 
+# ---------------------------------------------------------------- git history
+
+def _git(cwd: Path | str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes] | None:
+    try:
+        return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, input=stdin, check=False)
+    except FileNotFoundError:
+        return None
+
+
+def _repo_path(path: Path) -> tuple[str, str] | None:
+    """(toplevel, path relative to it) when ``path`` lies in a git work tree, else None."""
+    p = _git(path.parent, "rev-parse", "--show-toplevel")
+    if p is None or p.returncode != 0:
+        return None
+    top = p.stdout.decode().strip()
+    try:
+        return top, path.relative_to(Path(top).resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
+    if not ids:
+        return {}
+    p = _git(top, "cat-file", "--batch", stdin="".join(i + "\n" for i in ids).encode())
+    out: dict[str, bytes] = {}
+    data = p.stdout if p is not None else b""
+    pos = 0
+    while pos < len(data):
+        nl = data.index(b"\n", pos)
+        head = data[pos:nl].split()
+        if len(head) < 3 or head[1] != b"blob":
+            pos = nl + 1
+            continue
+        size = int(head[2])
+        out[head[0].decode()] = data[nl + 1:nl + 1 + size]
+        pos = nl + 1 + size + 1
+    return out
+
+
+_NO_BLOB = "0" * 40
+
+
+def validate_git_history(path: Path) -> list[str]:
+    """Every committed version of the ledger extends the version in each parent commit (all history
+    reachable from HEAD, merges included): committing a ledger with its last rows dropped is caught."""
+    path = Path(path).resolve()
+    loc = _repo_path(path)
+    if loc is None:
+        return []
+    top, rel = loc
+    p = _git(top, "log", "--full-history", "-m", "--raw", "--no-abbrev", "--no-renames", "--format=commit %H",
+             "HEAD", "--", rel)
+    if p is None or p.returncode != 0:
+        return []  # no commits yet
+    edges: list[tuple[str, str, str, str]] = []
+    commit = ""
+    for line in p.stdout.decode().splitlines():
+        if line.startswith("commit "):
+            commit = line.split()[1]
+        elif line.startswith(":"):
+            meta, _, _ = line.partition("\t")
+            _, _, old, new, status = meta.split()
+            edges.append((commit, old, new, status))
+    blobs = _blobs(top, sorted({b for _, old, new, _ in edges for b in (old, new) if b != _NO_BLOB}))
+    problems: list[str] = []
+    for commit, old, new, status in edges:
+        if status.startswith("D") or new == _NO_BLOB:
+            problems.append(f"{rel}: deleted in commit {commit[:12]}, but ledgers are append-only")
+        elif old != _NO_BLOB and not blobs.get(new, b"").startswith(blobs.get(old, b"\0")):
+            problems.append(f"{rel}: commit {commit[:12]} rewrote or dropped committed rows (every committed "
+                            "version must extend the one before it: append a superseding row instead)")
+    return problems
+
+
 def validate_against_git(path: Path, ref: str = "HEAD") -> list[str]:
     """The committed ledger must be a prefix of the working copy (append-only history)."""
     path = Path(path).resolve()
-    try:
-        top = subprocess.run(["git", "-C", str(path.parent), "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    except (subprocess.CalledProcessError, FileNotFoundError):
+    loc = _repo_path(path)
+    if loc is None:
         return []
-    rel = path.relative_to(Path(top).resolve())
-    old = subprocess.run(["git", "-C", top, "show", f"{ref}:{rel.as_posix()}"], capture_output=True, text=True)
-    if old.returncode != 0:
+    top, rel = loc
+    old = _git(top, "show", f"{ref}:{rel}")
+    if old is None or old.returncode != 0:
         return []  # not committed yet at ref
     if not path.exists():
         return [f"{rel}: deleted, but ledgers are append-only"]
-    if not path.read_text().startswith(old.stdout):
+    if not path.read_bytes().startswith(old.stdout):
         return [f"{rel}: history differs from {ref} (ledgers are append-only: append a superseding row instead)"]
     return []
+
+
+def validate_ledgers(task_dir: Path) -> list[str]:
+    """Everything `kda validate` checks on a task's two ledgers (the exporter runs the same code first):
+    schema, hash chain, cut last line, supersedes, and append-only against the whole git history."""
+    problems: list[str] = []
+    bench, sols = Path(task_dir) / BENCHMARK_FILE, Path(task_dir) / SOLUTIONS_FILE
+    if bench.exists():
+        problems += validate_benchmark_csv(bench)
+    if sols.exists():
+        problems += validate_solutions(sols)
+    for path in (bench, sols):
+        problems += validate_git_history(path) + validate_against_git(path)
+    return problems
 
 
 # ---------------------------------------------------------------- summaries

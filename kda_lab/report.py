@@ -1,6 +1,6 @@
 """``kda report [--check]``: the leaderboard, per-task plots and the README task table, from the ledgers only.
 
-Inputs: ``kernels/*/benchmark.csv`` and ``solutions.jsonl`` (read with pandas; superseded runs dropped by
+Inputs: ``kernels/*/benchmark.csv`` and ``solutions.jsonl`` (superseded runs dropped by
 :func:`kda_lab.ledger.runs`), ``task.toml`` (arch, family, title, production rows) and
 ``scripts/launch_kernels/order.txt`` (launcher numbers). Nothing is measured and nothing is imported from a
 candidate. Outputs:
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kda_lab import ledger
+from kda_lab.evidence import bench_row_counts
 
 START_MARKER = "<!-- kda:tasks:start -->"
 END_MARKER = "<!-- kda:tasks:end -->"
@@ -103,7 +104,7 @@ class TaskReport:
     launcher: str
     runs: list[Run]  # GPU runs on the task's arch, not superseded, ledger order
     superseded: list[tuple[str, str]]  # (run, superseded by)
-    ignored_rows: int  # rows measured on cpu or another arch
+    ignored_rows: int  # rows measured on cpu or on a GPU that is not the task's arch (kda_lab.evidence)
     lineage: list[Candidate]
     problem: str = ""
 
@@ -169,14 +170,8 @@ def _num(v: Any) -> float | None:
 
 
 def read_benchmark(task_dir: Path) -> list[dict[str, str]]:
-    """benchmark.csv as string records (pandas, every column as text, empty cells as '')."""
-    import pandas as pd
-
-    path = task_dir / ledger.BENCHMARK_FILE
-    if not path.exists() or path.stat().st_size == 0:
-        return []
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return df.to_dict("records")
+    """benchmark.csv as string records (kda_lab.ledger's reader: it knows every schema the ledger has had)."""
+    return ledger.read_benchmark_rows(task_dir)
 
 
 def read_solutions(task_dir: Path) -> list[dict[str, Any]]:
@@ -217,7 +212,8 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
     ignored = 0
     for run_id, rows in ledger.runs(records).items():
         first = rows[0]
-        if first.get("gpu_name", "cpu") in ("", "cpu") or (arch != "?" and first.get("arch") != arch):
+        # only rows measured on a GPU that is the task's arch are results (an H100 is not an H200)
+        if arch == "?" or not bench_row_counts(first, arch):
             ignored += len(rows)
             continue
         prod = []

@@ -1,14 +1,16 @@
 """The two lab runs: ``check`` (correctness against the oracle) and ``bench`` (interleaved device timing).
 
-Both sides are called identically: the SGLang baseline through its public entry point (the
-``sglang.kernels.ops.diffusion`` facade), the candidate through ``src/register.py``'s EXPORTS, each as
-``fn(**args)`` on the same argument sets. Results go to the task's ledgers.
+Both sides are called identically: the SGLang baseline (SGLang's original function, even where the
+kda_kernels overlay is installed: :func:`resolve_baseline`), the candidate through ``src/register.py``'s
+EXPORTS, each as ``fn(**args)`` on the same argument sets. Results go to the task's ledgers; rows measured
+on a GPU that is not the task's arch are recorded under that GPU's arch and said not to count.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -22,13 +24,14 @@ from kda_lab import ledger
 from kda_lab.byte_model import tbps
 from kda_lab.correctness import RowResult, check_row
 from kda_lab.env import capture
+from kda_lab.evidence import gpu_model_arch, not_evidence_notice
 from kda_lab.families import contract
 from kda_lab.inputs import make_inputs, rotation_count
 from kda_lab.notify import notify
 from kda_lab.paths import repo_root
 from kda_lab.progress import progress
 from kda_lab.stats import aa_spread
-from kda_lab.task import Task, TaskError, load_candidate, source_hash
+from kda_lab.task import FunctionSpec, Task, TaskError, load_candidate, source_hash
 from kda_lab.workloads import Workload
 
 
@@ -45,11 +48,81 @@ def resolve_entry(entry: str) -> Callable[..., Any]:
                        "(`pip install --no-deps sglang==0.5.23`, see README) or run on the GPU box.") from e
 
 
+def _kda_callees(fn: Callable[..., Any]) -> list[str]:
+    """What ``fn``'s code (nested functions included) reaches that is a KDA object: module globals it reads and
+    names it imports inside the function. SGLang's apply_group_norm_silu does ``from ...group_norm_silu_triton
+    import triton_group_norm_silu`` at call time, and the overlay rebinds that module attribute: the original
+    wrapper would time KDA's kernel. Only modules already imported are looked at (nothing is imported here)."""
+    import dis
+    import importlib.util
+
+    from kda_kernels.dispatch import is_kda_object
+
+    code = getattr(fn, "__code__", None)
+    glb = getattr(fn, "__globals__", None)
+    if code is None or not isinstance(glb, dict):
+        return []
+    found: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack += [k for k in c.co_consts if hasattr(k, "co_code")]
+        module, level = None, 0
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and is_kda_object(glb.get(ins.argval)):
+                found.add(str(ins.argval))
+            elif ins.opname == "LOAD_CONST" and isinstance(ins.argval, int):
+                level = ins.argval  # IMPORT_NAME's level is the constant loaded two instructions before
+            elif ins.opname == "IMPORT_NAME":
+                try:
+                    module = importlib.util.resolve_name("." * level + ins.argval, glb.get("__package__")) \
+                        if level else ins.argval
+                except (ImportError, ValueError):
+                    module = None
+            elif ins.opname == "IMPORT_FROM" and module:
+                mod = sys.modules.get(module)
+                if mod is not None and is_kda_object(mod.__dict__.get(ins.argval)):
+                    found.add(f"{ins.argval} (imported from {module})")
+    return sorted(found)
+
+
+def resolve_baseline(spec: FunctionSpec) -> Callable[..., Any]:
+    """SGLang's original ``spec.name``: through ``kda_kernels.baseline`` for the overlay's swap targets (never
+    the KDA object the facade holds once the overlay is installed), else the task's entry point. Refuses
+    (RunError) when what it finds is, or calls, a KDA object: that run would time KDA against itself."""
+    from kda_kernels.dispatch import is_kda_object
+    from kda_kernels.registry import BY_FUNCTION
+
+    if spec.name in BY_FUNCTION:
+        import kda_kernels
+
+        try:
+            fn = kda_kernels.baseline(spec.name)
+        except (ImportError, AttributeError) as e:
+            raise RunError(f"cannot import SGLang's {BY_FUNCTION[spec.name].sglang}: {e}. Install the pinned SGLang "
+                           "(`pip install --no-deps sglang==0.5.23`, see README) or run on the GPU box.") from e
+    else:
+        fn = resolve_entry(spec.entry)
+    if is_kda_object(fn):
+        raise RunError(f"the baseline for {spec.name} resolves to a KDA object ({spec.entry}), not SGLang's "
+                       "original: a run would time KDA against itself. kda_kernels.uninstall() or "
+                       "KDA_KERNELS_DISABLE=1 before `import sglang`.")
+    inner = _kda_callees(fn)
+    if inner:
+        raise RunError(f"SGLang's {spec.name} calls {', '.join(inner)}, which the kda_kernels overlay has replaced "
+                       "in this process: its baseline would time KDA code. Run with KDA_KERNELS_DISABLE=1 (or "
+                       "kda_kernels.uninstall() first).")
+    return fn
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
 def cuda_device(task: Task, allow_other_arch: bool = False) -> torch.device:
+    """The GPU to run on. Another capability is refused (the candidate targets the task's); a GPU of the same
+    capability that is not the task's model (an H100 for an h200 task) runs, and its rows are recorded under
+    its own arch, which never counts (kda_lab.evidence)."""
     if not torch.cuda.is_available():
         raise RunError(f"{task.slug} needs a CUDA GPU ({task.arch}); on CPU use `kda check {task.slug} --interpret` "
                        "for the interpreter checks, and the GPU box for evidence (docs/gpu-box.md)")
@@ -59,6 +132,12 @@ def cuda_device(task: Task, allow_other_arch: bool = False) -> torch.device:
         raise RunError(f"{task.slug} is an {task.arch} task (compute capability {task.capability}); this GPU is "
                        f"{torch.cuda.get_device_name(dev)} {cc}. Its numbers would not be evidence for {task.arch}.")
     return dev
+
+
+def announce_arch(task: Task, env: dict[str, str], show: Callable[[str], None]) -> None:
+    notice = not_evidence_notice(task.arch, env["gpu_name"], env["arch"])
+    if notice:
+        show(notice)
 
 
 @dataclass
@@ -113,7 +192,7 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
     workloads = task.rows(rows)
     for w in progress(workloads, desc=f"check {task.slug}"):
         c = contract(task.family, w.fn)
-        impls = {"baseline": resolve_entry(task.functions[w.fn].entry), "candidate": cand.exports[w.fn]}
+        impls = {"baseline": resolve_baseline(task.functions[w.fn]), "candidate": cand.exports[w.fn]}
         for s in range(seeds):
             report.results += check_row(task, w, c, impls, base_seed + s, device, installed=cand.exports)
         gc.collect()
@@ -124,13 +203,14 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
             show(r.describe())
     cand_ok = not report.failed("candidate")
     base_bad = sorted({r.row for r in report.failed("baseline")})
+    env = capture(repo_root(), device)
+    announce_arch(task, env, show)
     show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}) "
          f"{'PASSED' if cand_ok else 'FAILED'}: {len(report.passed('candidate'))} ok, "
          f"{len(report.failed('candidate'))} failed over {len(workloads)} rows x {seeds} seeds (base seed {base_seed})")
     if base_bad:
         show(f"SGLang baseline disagrees with the oracle beyond tolerance on: {', '.join(base_bad)}")
     if record:
-        env = capture(repo_root(), device)
         run_id = new_run_id()
         note = f"base seed {base_seed}; rows {len(workloads)}; seeds {seeds}"
         if base_bad:
@@ -158,7 +238,7 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
 
     c = contract(task.family, w.fn)
     spec = task.functions[w.fn]
-    baseline = resolve_entry(spec.entry)
+    baseline = resolve_baseline(spec)
     props = torch.cuda.get_device_properties(device)
     l2 = int(getattr(props, "L2_cache_size", 60 << 20))
     sets = rotation_count(w, l2)
@@ -167,7 +247,7 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
     if mode == "bench":
         impls["candidate"] = cand.exports[w.fn]
     elif mode == "aa":
-        impls["candidate"] = resolve_entry(spec.entry)  # the same baseline, captured and timed as a second side
+        impls["candidate"] = baseline  # the same baseline, captured and timed as a second side
     if compile_peer and c.torch_reference is not None and mode != "aa":
         # A fresh dynamo cache per row: the reference's code object is shared across rows, and past
         # dynamo's recompile limit (8) torch.compile silently falls back to eager.
@@ -209,14 +289,18 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
               show: Callable[[str], None] = print) -> list[dict[str, Any]]:
     if mode not in ledger.BENCHMARK_MODES:
         raise TaskError(f"mode {mode!r} not in {ledger.BENCHMARK_MODES}")
-    if supersedes and supersedes not in {r["run_id"] for r in ledger.read_benchmark_rows(task.path)}:
-        raise TaskError(f"--supersedes {supersedes}: no such run in {task.slug}/benchmark.csv")
-    device = cuda_device(task, allow_other_arch)
-    cand = candidate_identity(task, register=record)
-    seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
     kinds = ("production", "test") if include_test_rows else ("production",)
     workloads = [w for w in task.rows(rows, kinds=kinds) if w.bench]
+    if supersedes:
+        check_supersedes(task, supersedes, mode, workloads)
+    device = cuda_device(task, allow_other_arch)
+    cand = candidate_identity(task, register=record)
+    for fn in dict.fromkeys(w.fn for w in workloads):  # refuse before measuring; imports sglang (the patch may
+        resolve_baseline(task.functions[fn])           # install the overlay then: captured below)
     env = capture(repo_root(), device)
+    if supersedes:
+        check_supersedes(task, supersedes, mode, workloads, env)
+    seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
     run_id = new_run_id()
     out: list[dict[str, Any]] = []
     for w in progress(workloads, desc=f"bench {task.slug} ({mode})"):
@@ -243,10 +327,36 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
                 evidence={"run_id": run_id, "geomean": summary["geomean"], "worst": summary["worst"]},
                 git_commit=env["git_commit"], command=env["command"], note=f"{summary['n_rows']} production rows")
         show(f"recorded run {run_id} in {task.path.name}/benchmark.csv")
+    announce_arch(task, env, show)  # under the table and the summary: the last line a reader sees
     notify("bench", {"task": task.slug, "mode": mode, "run_id": run_id, "candidate": cand.id,
                      "geomean": summary["geomean"], "worst": summary["worst"], "worst_row": summary["worst_row"],
                      "gpu": env["gpu_name"]})
     return out
+
+
+def check_supersedes(task: Task, target: str, mode: str, workloads: list[Workload],
+                     env: dict[str, str] | None = None) -> None:
+    """Refuse, before measuring, a --supersedes the ledger validation would reject: only a run of the same
+    mode, on the same arch and GPU model, over the same rows may supersede another (kda_lab.ledger)."""
+    old = [r for r in ledger.read_benchmark_rows(task.path) if r["run_id"] == target]
+    if not old:
+        raise TaskError(f"--supersedes {target}: no such run in {task.slug}/benchmark.csv")
+    if old[0]["mode"] != mode:
+        raise TaskError(f"--supersedes {target}: that run is mode {old[0]['mode']!r}, this one {mode!r}; only a run "
+                        "of the same mode may supersede another")
+    mine = {(w.fn, w.name) for w in workloads}
+    theirs = {(r["function"], r["row"]) for r in old}
+    if mine != theirs:
+        missing = sorted(n for _, n in theirs - mine)
+        extra = sorted(n for _, n in mine - theirs)
+        raise TaskError(f"--supersedes {target}: that run covers {len(theirs)} rows, this one {len(mine)} (missing "
+                        f"{missing[:5]}, extra {extra[:5]}); only a run over the same rows may supersede another "
+                        "(pass the same --rows / --test-rows)")
+    if env is not None and (old[0]["arch"], gpu_model_arch(old[0]["gpu_name"])) != (
+            env["arch"], gpu_model_arch(env["gpu_name"])):
+        raise TaskError(f"--supersedes {target}: that run was measured as {old[0]['arch']} on {old[0]['gpu_name']}, "
+                        f"this GPU is {env['gpu_name']} ({env['arch']}); only a run on the same arch and GPU model "
+                        "may supersede another")
 
 
 SUSPECT_SOL = 0.98  # above this on large rows a result is suspect: docs/benchmark-method.md

@@ -228,12 +228,7 @@ def validate_task_dir(path: Path) -> list[str]:
     leaked = [w for w in other if w in prompt]
     if leaked:
         problems.append(f"{path.name}: prompt.md of an {task.arch} task mentions {leaked}")
-    if (path / "benchmark.csv").exists():
-        problems += ledger.validate_benchmark_csv(path / "benchmark.csv")
-        problems += ledger.validate_against_git(path / "benchmark.csv")
-    if (path / "solutions.jsonl").exists():
-        problems += ledger.validate_solutions(path / "solutions.jsonl")
-        problems += ledger.validate_against_git(path / "solutions.jsonl")
+    problems += ledger.validate_ledgers(path)  # the same code the exporter runs before its gate
     if (path / "src/register.py").exists():
         try:
             load_candidate(task)

@@ -58,3 +58,26 @@ def test_benchmark_py_is_a_thin_forwarder():
     r = subprocess.run([sys.executable, str(REPO / "kernels" / FSS / "benchmark.py"), "--aa"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_bench_supersedes_only_a_like_run_and_says_so_before_measuring(lab_copy: Path):
+    """`kda bench --supersedes` accepted any earlier run id: a one-row run could void a full one (#10 item 3).
+    It now refuses, before needing a GPU, a run of another mode or over other rows."""
+    root = lab_copy.parents[1]
+    aa_run, one_row = "20261121-222646-c45b0a", "firered_edit_1_0_muladd_L8424"
+    r = kda("bench", FSS, "--supersedes", aa_run, root=root)
+    assert r.returncode == 2 and "only a run of the same mode" in r.stderr, r.stderr
+    r = kda("bench", FSS, "--aa", "--rows", one_row, "--supersedes", aa_run, root=root)
+    assert r.returncode == 2 and "only a run over the same rows" in r.stderr, r.stderr
+    r = kda("bench", FSS, "--aa", "--supersedes", aa_run, root=root)  # a like run: on to the GPU requirement
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr
+
+
+def test_tasks_and_validate_report_an_unparsable_ledger_without_a_traceback(lab_copy: Path):
+    p = lab_copy / "benchmark.csv"
+    p.write_text(p.read_text() + "2026-11-22T00:00:00Z,cut-here\n")
+    r = kda("validate", FSS, root=lab_copy.parents[1])
+    assert r.returncode == 1 and "wrong number of fields" in r.stdout and "Traceback" not in r.stderr
+    r = kda("tasks", root=lab_copy.parents[1])
+    assert r.returncode == 1 and f"{FSS}" in r.stdout and "INVALID" in r.stdout and "run `kda validate`" in r.stdout
+    assert "Traceback" not in r.stderr

@@ -30,11 +30,19 @@ FNS = ("fuse_scale_shift_kernel", "fuse_layernorm_scale_shift_gate_select01_kern
 SGL = "sglang.kernels.ops.diffusion.modulate.scale_shift_triton"
 
 
+# The fixture's production table (row name, function): the third function has no production rows.
+TABLE = [("fuse_scale_shift_kernel-row0", FNS[0]), ("fuse_scale_shift_kernel-row1", FNS[0]),
+         ("fuse_layernorm_scale_shift_gate_select01_kernel-row2", FNS[1])]
+
+
 def _task_toml(slug=SLUG, arch="h200", sglang_override=None):
     lines = [f'slug = "{slug}"', f'arch = "{arch}"', f'family = "{FAMILY}"', 'title = "fixture"', ""]
     for fn in FNS:
         target = sglang_override if (sglang_override and fn == FNS[0]) else f"{SGL}:{fn}"
         lines += ["[[functions]]", f'name = "{fn}"', f'sglang = "{target}"', ""]
+    for name, fn in TABLE:
+        lines += ["[[workloads]]", f'name = "{name}"', f'fn = "{fn}"', 'kind = "production"', ""]
+    lines += ["[[workloads]]", 'name = "a-test-row"', f'fn = "{FNS[0]}"', 'kind = "test"', ""]
     return "\n".join(lines)
 
 
@@ -65,7 +73,7 @@ def lab(tmp_path):
     (task / "task.toml").write_text(_task_toml())
     (task / "src" / "kernel.py").write_text(KERNEL)
     (task / "src" / "register.py").write_text(REGISTER)
-    (task / "benchmark.csv").write_text("")
+    (task / "benchmark.csv").write_text(ledger.header_line() + "\n")
     (task / "solutions.jsonl").write_text("")
     return root
 
@@ -82,19 +90,21 @@ def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=
                            git_commit="0123abc", command="kda check", note="")
 
 
-def add_bench(root, h, speedups, run_id="run-1", arch="h200", supersedes="", ts="2026-11-20T10:00:00Z", slug=SLUG):
-    rows = []
-    for i, (fn, sp) in enumerate(speedups):
-        rows.append({"ts": ts, "run_id": run_id, "task": slug, "arch": arch, "mode": "bench", "candidate_id": "c001",
-                     "source_hash": h, "function": fn, "row": f"{fn}-row{i}", "row_kind": "production",
-                     "speedup": sp, "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "driver": "570", "torch": "2.9",
-                     "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "git_commit": "feedc0de",
-                     "command": "kda bench", "supersedes": supersedes})
-    ledger.append_benchmark_rows(root / "kernels" / slug, rows)
+def add_bench(root, h, speedups, run_id="run-1", arch="h200", supersedes="", ts="2026-11-20T10:00:00Z", slug=SLUG,
+              gpu="NVIDIA H200", mode="bench", rows=None):
+    """One run: ``speedups[i]`` for TABLE's i-th row (``rows``: only those indices)."""
+    out = []
+    for i in (range(len(speedups)) if rows is None else rows):
+        name, fn = TABLE[i]
+        out.append({"ts": ts, "run_id": run_id, "task": slug, "arch": arch, "mode": mode, "candidate_id": "c001",
+                    "source_hash": h, "function": fn, "row": name, "row_kind": "production",
+                    "speedup": speedups[i], "gpu_name": gpu, "gpu_cc": "9.0", "driver": "570", "torch": "2.9",
+                    "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "overlay": "off", "git_commit": "feedc0de",
+                    "command": "kda bench", "supersedes": supersedes})
+    ledger.append_benchmark_rows(root / "kernels" / slug, out)
 
 
-GOOD = [("fuse_scale_shift_kernel", 1.3), ("fuse_scale_shift_kernel", 1.1),
-        ("fuse_layernorm_scale_shift_gate_select01_kernel", 1.05)]
+GOOD = [1.3, 1.1, 1.05]
 
 
 def run(root, *args, capsys=None):
@@ -122,7 +132,7 @@ def family_init(root):
 def test_refuses_without_evidence(lab, capsys):
     before = tree_digest(lab)
     rc, out = run(lab, SLUG, capsys=capsys)
-    assert rc == 1 and "no passing correctness run on a GPU" in out
+    assert rc == 1 and "no passing correctness run on an H200" in out
     assert tree_digest(lab) == before
 
 
@@ -130,7 +140,7 @@ def test_refuses_cpu_only_correctness_and_missing_bench(lab, capsys):
     h = src_hash(lab)
     add_check(lab, h, gpu="cpu")
     rc, out = run(lab, SLUG, capsys=capsys)
-    assert rc == 1 and "no passing correctness run on a GPU" in out
+    assert rc == 1 and "no passing correctness run on an H200" in out
     add_check(lab, h)
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "no benchmark run" in out
@@ -147,8 +157,8 @@ def test_refuses_a_source_hash_mismatch(lab, capsys):
 
 
 @pytest.mark.parametrize("speedups,why", [
-    ([("fuse_scale_shift_kernel", 0.99), ("fuse_scale_shift_kernel", 0.995)], "geomean 0.992x"),
-    ([("fuse_scale_shift_kernel", 1.5), ("fuse_scale_shift_kernel", 0.96)], "worst 0.960x"),
+    ([0.99, 0.995, 0.99], "geomean 0.992x"),
+    ([1.5, 0.96, 1.0], "worst 0.960x"),
 ])
 def test_refuses_a_failing_gate(lab, capsys, speedups, why):
     h = src_hash(lab)
@@ -165,7 +175,7 @@ def test_refuses_other_arch_superseded_runs_and_a_later_failing_check(lab, capsy
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "no benchmark run" in out
     add_bench(lab, h, GOOD, run_id="run-1")
-    add_bench(lab, h, [("fuse_scale_shift_kernel", 0.5)], run_id="run-2", supersedes="run-1")
+    add_bench(lab, h, [0.5, 0.5, 0.5], run_id="run-2", supersedes="run-1")
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 1 and "run-2 fails the gate" in out
     add_bench(lab, h, GOOD, run_id="run-3")
@@ -349,8 +359,195 @@ def test_a_later_run_without_production_rows_keeps_the_evidence(lab, capsys):
         "run_id": "e2e-1", "task": SLUG, "arch": "h200", "mode": "bench", "candidate_id": "c001", "source_hash": h,
         "function": "e2e:block", "row": "block", "row_kind": "test", "speedup": 0.5, "gpu_name": "NVIDIA H200",
         "gpu_cc": "9.0", "driver": "570", "torch": "2.9", "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23",
-        "git_commit": "feedc0de", "command": "e2e"}])
+        "overlay": "off", "git_commit": "feedc0de", "command": "e2e"}])
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 0, out
     rc, out = run(lab, "--check", capsys=capsys)
     assert rc == 0, out
+
+
+# ------------------------------------------------------------------- evidence that cannot be forged (#10)
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _promote(lab, capsys):
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, GOOD)
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 0, out
+    return h
+
+
+def test_an_h100_is_not_h200_evidence(lab, capsys):
+    """An H100 has the H200's capability (9, 0): before the GPU name decided, its rows were recorded as arch
+    h200 and promoted an h200 task. Neither the old-style rows (arch h200) nor new ones (arch h100) count."""
+    h = src_hash(lab)
+    add_check(lab, h, gpu=H100)  # what the old harness wrote on an H100
+    add_check(lab, h, gpu=H100, arch="h100")  # what it writes now
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "no passing correctness run on an H200" in out
+    add_check(lab, h)
+    add_bench(lab, h, GOOD, run_id="h100-old", gpu=H100)
+    add_bench(lab, h, GOOD, run_id="h100-new", gpu=H100, arch="h100")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "no benchmark run on an H200" in out
+    add_bench(lab, h, [0.5, 0.5, 0.5], run_id="h200")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "h200 fails the gate" in out, "the H200 run decides, whatever the H100 runs say"
+    add_bench(lab, h, GOOD, run_id="h200-good")
+    assert run(lab, SLUG, capsys=capsys)[0] == 0
+    # a later failing check on an H100 neither blocks nor counts; a later H100 run does not replace the H200 one
+    add_check(lab, h, status="incorrect", failed=5, gpu=H100)
+    add_bench(lab, h, [0.5, 0.5, 0.5], run_id="h100-later", gpu=H100)
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 0, out
+
+
+def test_a_partial_run_never_promotes(lab, capsys):
+    """A one-row run at 1.30x after a whole-table run at 0.80x promoted "1.300x over 1 production rows"."""
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, [0.8, 0.8, 0.8], run_id="full")
+    add_bench(lab, h, [1.3], run_id="one-row")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "full fails the gate" in out and "geomean 0.800x" in out
+    assert not impl_dir(lab).exists()
+
+
+def test_the_gate_names_missing_and_non_finite_rows(lab, capsys):
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, [1.3, 1.3, 1.3], rows=[0], run_id="one-row")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "no benchmark run covers the whole production table" in out
+    assert "2 of 3 production rows missing" in out and TABLE[1][0] in out and TABLE[2][0] in out
+    add_bench(lab, h, [1.3, float("nan"), 1.2], run_id="with-nan")  # an empty speedup cell in the ledger
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "latest run with-nan" in out and f"1 without a finite speedup: {TABLE[1][0]}" in out
+    add_bench(lab, h, [1.3, 1.1, 1.05], run_id="whole")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 0 and "over 2 production rows" in out, out
+
+
+def test_only_a_like_run_may_supersede(lab, capsys):
+    """A one-row A/A run superseding a failing full run revived an older passing one."""
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, GOOD, run_id="old-pass")
+    add_bench(lab, h, [0.8, 0.8, 0.8], run_id="new-fail")
+    add_bench(lab, h, [1.0], rows=[0], run_id="aa-one-row", mode="aa", supersedes="new-fail")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 1 and "ledgers do not validate" in out
+    assert "only a run of the same mode may supersede" in out and "only a run over the same rows" in out
+    assert not impl_dir(lab).exists()
+
+
+def test_a_same_mode_same_rows_supersede_still_works(lab, capsys):
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, [0.8, 0.8, 0.8], run_id="mistaken")
+    add_bench(lab, h, GOOD, run_id="redo", supersedes="mistaken")
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 0, out
+    manifest = json.loads((impl_dir(lab) / ex.MANIFEST).read_text())
+    assert manifest["evidence"]["bench"]["run_id"] == "redo"
+
+
+def _exporter_cli(lab, *args):
+    p = subprocess.run([sys.executable, str(fx.EXPORTER), "--root", str(lab), *args], capture_output=True, text=True)
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_export_refuses_a_broken_chain(lab):
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, [0.8, 0.8, 0.8])
+    p = lab / "kernels" / SLUG / "benchmark.csv"
+    p.write_text(p.read_text().replace(",0.8,", ",1.8,"))  # a better speedup written over history
+    rc, out = _exporter_cli(lab, SLUG)
+    assert rc == 1 and "do not validate" in out and "hash chain broken" in out
+
+
+@pytest.mark.parametrize("damage", ["cut-solutions", "cut-benchmark", "bad-json"])
+def test_check_reports_damaged_ledgers_as_fail_lines(lab, capsys, damage):
+    _promote(lab, capsys)
+    assert _exporter_cli(lab, "--check")[0] == 0
+    task = lab / "kernels" / SLUG
+    name = "benchmark.csv" if damage == "cut-benchmark" else "solutions.jsonl"
+    text = (task / name).read_text()
+    (task / name).write_text(text[:-25] if damage != "bad-json" else text + '{"id": "c9", "status": \n')
+    rc, out = _exporter_cli(lab, "--check")
+    assert rc == 1 and "FAIL kernels/" in out and name in out, out
+    rc, out = _exporter_cli(lab, "--list")  # the other readers refuse cleanly too
+    assert rc in (0, 1)
+    rc, out = _exporter_cli(lab, SLUG)
+    assert rc == 1 and "refused" in out
+
+
+def _git(root, *args):
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_check_catches_a_truncated_ledger_against_git(lab, capsys):
+    """Rows dropped from the end keep the chain valid: only git can tell, in the working copy or committed."""
+    h = _promote(lab, capsys)
+    add_bench(lab, h, [0.9, 0.9, 0.9], run_id="later")  # a later failing run: the evidence no longer holds
+    _git(lab, "init", "-q")
+    _git(lab, "add", "-A")
+    _git(lab, "commit", "-qm", "lab")
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 1 and "evidence no longer holds" in out
+    p = lab / "kernels" / SLUG / "benchmark.csv"
+    full = p.read_text()
+    p.write_text("".join(full.splitlines(keepends=True)[:-3]))  # drop the failing run
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 1 and "append-only" in out, out
+    _git(lab, "commit", "-qam", "drop the bad run")  # committing the truncation does not help
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 1 and "dropped committed rows" in out, out
+
+
+def test_check_recomputes_the_stamps_from_the_ledger(lab, capsys):
+    """A forged KDA_SPEEDUP (manifest edited, family __init__ regenerated from it) passed --check."""
+    _promote(lab, capsys)
+    mpath = impl_dir(lab) / ex.MANIFEST
+    honest = mpath.read_text()
+    for path, forged in ((("functions", "fuse_scale_shift_kernel", "speedup"), 1.9),
+                         (("evidence", "bench", "commit"), "c0ffee"),
+                         (("functions", "fuse_scale_shift_kernel", "rows"), 102),
+                         (("evidence", "bench", "run_id"), "no-such-run")):
+        m = json.loads(honest)
+        node = m
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = forged
+        mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+        ex.write_family_init(lab, FAMILY)  # the stamps now agree with the forged manifest
+        rc, out = run(lab, "--check", capsys=capsys)
+        assert rc == 1 and "KDA_EXPORT.json" in out, (path, out)
+        if path[-1] != "run_id":
+            assert f"{'.'.join(path)} is {forged!r}" in out, out
+    # promoting a function the ledger keeps on SGLang is a forgery too
+    m = json.loads(honest)
+    m["functions"]["fuse_residual_layernorm_scale_shift_gate_select01_kernel"] = {"speedup": 1.5, "worst": 1.5, "rows": 1}
+    mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    ex.write_family_init(lab, FAMILY)
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 1 and "fuse_residual_layernorm_scale_shift_gate_select01_kernel" in out
+    mpath.write_text(honest)
+    ex.write_family_init(lab, FAMILY)
+    assert run(lab, "--check", capsys=capsys)[0] == 0
+
+
+def test_the_committed_group_norm_promotion_passes_the_new_rules():
+    """The real H200 GroupNorm export: its run is whole-table (102 rows) on an NVIDIA H200, and every stamp
+    recomputes from the rows it names (its rows predate the overlay column: they count, see the README)."""
+    slug = "h200_diffusion_group_norm_silu__multi_shape"
+    task = ex.load_task_meta(fx.REPO / "kernels" / slug)
+    m = json.loads((fx.REPO / "kda_kernels/diffusion/group_norm_silu/_impls/h200" / ex.MANIFEST).read_text())
+    assert len(task.production) == 102 and m["evidence"]["bench"]["n_rows"] == 102
+    assert ex.recompute_manifest(task, m) == m

@@ -22,7 +22,7 @@ README_TEXT = (
 )
 ENV = {
     "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "driver": "580.159.04", "torch": "2.11.0+cu130",
-    "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23", "git_commit": "0" * 40, "git_dirty": "0",
+    "triton": "3.6.0", "cuda": "13.0", "sglang": "0.5.23", "overlay": "off", "git_commit": "0" * 40, "git_dirty": "0",
     "command": "kda bench synthetic",
 }
 
@@ -367,3 +367,26 @@ def test_a_task_with_one_function_and_one_size_class_is_one_panel(tmp_path: Path
     assert len(g.cells) == 1 and len(g.rows()) == len(run.rows) > 1
     w, h = png_size(plots.draw_speedup(t, tmp_path / "speedup.png"))
     assert w < 1000 and h < 600
+
+
+def test_h100_rows_are_not_results_for_an_h200_task(tmp_path: Path) -> None:
+    """An H100 is (9, 0) like the H200: rows it recorded as arch h200 (the old harness) or h100 (now) are not
+    the task's results in `kda report` nor in `kda tasks` (#10 item 1)."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    h100 = "NVIDIA H100 80GB HBM3"
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-h200", mode="bench", cand="c001",
+                                                      factors=1.1, ts="2026-11-21T09:00:00Z"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-h100-old", mode="bench", cand="c002",
+                                                      factors=2.0, ts="2026-11-21T10:00:00Z", gpu=h100))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-h100", mode="bench", cand="c003",
+                                                      factors=3.0, ts="2026-11-21T11:00:00Z", gpu=h100, arch="h100"))
+    t = task_report(root)
+    assert [r.run_id for r in t.runs] == ["r-h200"] and t.ignored_rows == 30
+    head, _ = t.headline()
+    assert head.run_id == "r-h200" and head.geomean == pytest.approx(1.1)
+    from kda_lab.cli import best_speedup, latest_row_numbers
+
+    task = load_task(task_dir)
+    assert best_speedup(task) == (pytest.approx(1.1), "r-h200")
+    assert {r["run_id"] for r in latest_row_numbers(task).values()} == {"r-h200"}
