@@ -54,6 +54,20 @@ Environment:
                      exported unchanged (Humanize: "1"/"true" runs the Codex reviewer without
                      its sandbox; only on a machine you are willing to let it modify)
 
+The printed Humanize commands (step 6), each option overridable; an invalid value is refused
+before anything is created:
+  KDA_GEN_PLAN_DIRECT          1: gen-plan gets --direct (no Claude/Codex convergence rounds);
+                               0: drop it (default: 1)
+  KDA_RLCR_SKIP_QUIZ           1: start-rlcr-loop gets --skip-quiz; 0: drop it (default: 1)
+  KDA_RLCR_CLAUDE_ANSWER_CODEX 1: start-rlcr-loop gets --claude-answer-codex (Claude answers
+                               Codex's open questions instead of asking you); 0: drop it (default: 1)
+  KDA_RLCR_MAX                 --max: most RLCR rounds, a positive integer (default: 12)
+  KDA_CODEX_MODEL              --codex-model: MODEL or MODEL:EFFORT, EFFORT one of xhigh, high,
+                               medium, low (default: gpt-5.5:xhigh)
+  KDA_CODEX_TIMEOUT            --codex-timeout: seconds per Codex call, a positive integer
+                               (default: 5400)
+  --base-branch is always the review base kda-base/<task>-<run-id> (step 2).
+
 Exit status: 0 when Claude Code ran (its own status) or KDA_NO_CLAUDE=1 prepared the worktree;
 1 when the launch was refused (the message says why and how to fix it); 2 for a usage error;
 127 when Claude Code or the Humanize plugin is not installed (nothing was created).
@@ -261,6 +275,49 @@ if [[ $slug != "${arch}_"* ]]; then
   die "task folder kernels/$slug does not start with its arch prefix '${arch}_' (task.toml: arch = \"$arch\")" \
     "fix: make the folder name and task.toml agree (task slugs are <arch>_<task>)"
 fi
+
+# ---------------------------------------------------------------------------------------------
+# Options of the printed Humanize commands: validated before anything is created, so a typo in
+# KDA_RLCR_MAX does not leave a worktree behind a command Humanize would reject.
+# ---------------------------------------------------------------------------------------------
+# flag_option <VAR> <default 0|1>: print 1 or 0; refuse anything else.
+flag_option() {
+  local var=$1 value=${!1:-$2}
+  case $value in
+    0 | 1) printf '%s' "$value" ;;
+    *) die "$var must be 0 or 1, got '$value'" \
+         "fix: $var=1 adds the option to the printed command, $var=0 leaves it out; unset it for the default ($2)" ;;
+  esac
+}
+# positive_int_option <VAR> <default> <what>: print the value; refuse anything but a positive integer.
+positive_int_option() {
+  local var=$1 value=${!1:-$2}
+  if [[ ! $value =~ ^[1-9][0-9]*$ ]]; then
+    die "$var must be a positive integer ($3), got '$value'" \
+      "fix: e.g. $var=$2 (the default), or unset it"
+  fi
+  printf '%s' "$value"
+}
+gen_plan_direct=$(flag_option KDA_GEN_PLAN_DIRECT 1)
+rlcr_skip_quiz=$(flag_option KDA_RLCR_SKIP_QUIZ 1)
+rlcr_claude_answer_codex=$(flag_option KDA_RLCR_CLAUDE_ANSWER_CODEX 1)
+rlcr_max=$(positive_int_option KDA_RLCR_MAX 12 "the most RLCR rounds")
+codex_timeout=$(positive_int_option KDA_CODEX_TIMEOUT 5400 "seconds per Codex call")
+codex_model=${KDA_CODEX_MODEL:-gpt-5.5:xhigh}
+# Humanize's setup-rlcr-loop.sh accepts MODEL[:EFFORT] with MODEL of [A-Za-z0-9._-] and EFFORT
+# one of xhigh|high|medium|low; anything else would fail there, after the worktree exists.
+if [[ ! $codex_model =~ ^[A-Za-z0-9._-]+(:(xhigh|high|medium|low))?$ ]]; then
+  die "KDA_CODEX_MODEL must be MODEL or MODEL:EFFORT (MODEL: letters, digits, '.', '_', '-'; EFFORT: xhigh, high, medium or low), got '$codex_model'" \
+    "fix: e.g. KDA_CODEX_MODEL=gpt-5.5:xhigh (the default), or unset it"
+fi
+
+gen_plan_opts=""
+[[ $gen_plan_direct -eq 1 ]] && gen_plan_opts+=" --direct"
+rlcr_opts=""
+[[ $rlcr_skip_quiz -eq 1 ]] && rlcr_opts+=" --skip-quiz"
+[[ $rlcr_claude_answer_codex -eq 1 ]] && rlcr_opts+=" --claude-answer-codex"
+rlcr_opts+=" --max $rlcr_max --codex-model $codex_model --codex-timeout $codex_timeout"
+rlcr_opts+=" --base-branch $review_branch"
 
 # ---------------------------------------------------------------------------------------------
 # Claude Code and Humanize: checked before anything is created
@@ -520,8 +577,8 @@ draft        $draft_rel
 ${venv_note:+$venv_note
 }
 In Claude Code (project root: the worktree), run:
-  /humanize:gen-plan --input $draft_rel --output $plan_rel
-  /humanize:start-rlcr-loop $plan_rel --codex-timeout 5400 --base-branch $review_branch
+  /humanize:gen-plan --input $draft_rel --output $plan_rel$gen_plan_opts
+  /humanize:start-rlcr-loop $plan_rel$rlcr_opts
 
 EOF
 

@@ -31,6 +31,13 @@ B200 = "b200_diffusion_qknorm_rope__multi_shape"
 ENV_PREFIXES = ("KDA_", "CLAUDE_", "HUMANIZE_", "GIT_")
 DRAFT = ".humanize/kernel-agent/draft.md"
 PLAN = ".humanize/kernel-agent/plan.md"
+# The options KernelPilot users run the Humanize flow with: the launcher's defaults.
+GEN_PLAN_DEFAULT = f"/humanize:gen-plan --input {DRAFT} --output {PLAN} --direct"
+RLCR_DEFAULT_OPTS = "--skip-quiz --claude-answer-codex --max 12 --codex-model gpt-5.5:xhigh --codex-timeout 5400"
+
+
+def rlcr_line(review_base: str, opts: str = RLCR_DEFAULT_OPTS) -> str:
+    return f"/humanize:start-rlcr-loop {PLAN} {opts} --base-branch {review_base}"
 
 STUB_CLAUDE = """#!/usr/bin/env bash
 # Stub Claude Code for tests: records argv, cwd and the forwarded environment.
@@ -245,8 +252,8 @@ def test_happy_path_creates_branches_worktree_draft_and_execs_claude(lab: Lab) -
     assert (wt / PLAN).parent.is_dir() and not (wt / PLAN).exists()
 
     # printed commands resolve from the worktree root; review base printed
-    assert f"/humanize:gen-plan --input {DRAFT} --output {PLAN}" in r.stdout
-    assert f"/humanize:start-rlcr-loop {PLAN} --codex-timeout 5400 --base-branch kda-base/{name}" in r.stdout
+    assert f"  {GEN_PLAN_DEFAULT}\n" in r.stdout
+    assert f"  {rlcr_line(f'kda-base/{name}')}\n" in r.stdout
     assert re.search(rf"review base\s+kda-base/{re.escape(name)}", r.stdout)
 
     # the stub ran in the worktree with the forwarded env and the extra args
@@ -473,6 +480,63 @@ def test_help_lists_every_env_var(lab: Lab) -> None:
     assert r.returncode == 0, r.stderr
 
 
+# Each override changes exactly its option of the printed commands; the rest keep their defaults.
+HUMANIZE_OVERRIDES = {
+    "max": ({"KDA_RLCR_MAX": "30"}, True, RLCR_DEFAULT_OPTS.replace("--max 12", "--max 30")),
+    "model": (
+        {"KDA_CODEX_MODEL": "gpt-5.4:high"},
+        True,
+        RLCR_DEFAULT_OPTS.replace("gpt-5.5:xhigh", "gpt-5.4:high"),
+    ),
+    "model-without-effort": (
+        {"KDA_CODEX_MODEL": "gpt-5.5"},
+        True,
+        RLCR_DEFAULT_OPTS.replace("gpt-5.5:xhigh", "gpt-5.5"),
+    ),
+    "timeout": (
+        {"KDA_CODEX_TIMEOUT": "7200"},
+        True,
+        RLCR_DEFAULT_OPTS.replace("--codex-timeout 5400", "--codex-timeout 7200"),
+    ),
+    "no-direct": ({"KDA_GEN_PLAN_DIRECT": "0"}, False, RLCR_DEFAULT_OPTS),
+    "direct-explicit": ({"KDA_GEN_PLAN_DIRECT": "1"}, True, RLCR_DEFAULT_OPTS),
+    "no-skip-quiz": ({"KDA_RLCR_SKIP_QUIZ": "0"}, True, RLCR_DEFAULT_OPTS.replace("--skip-quiz ", "")),
+    "no-claude-answer-codex": (
+        {"KDA_RLCR_CLAUDE_ANSWER_CODEX": "0"},
+        True,
+        RLCR_DEFAULT_OPTS.replace("--claude-answer-codex ", ""),
+    ),
+    "empty-means-default": ({"KDA_RLCR_MAX": "", "KDA_CODEX_MODEL": ""}, True, RLCR_DEFAULT_OPTS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUMANIZE_OVERRIDES))
+def test_env_overrides_change_the_printed_humanize_commands(lab: Lab, case: str) -> None:
+    env, direct, rlcr_opts = HUMANIZE_OVERRIDES[case]
+    r = lab.run(f"kernels/{H200}", env={"KDA_RUN_ID": "ov", "KDA_NO_CLAUDE": "1", **env})
+    assert r.returncode == 0, r.stderr
+    gen_plan = GEN_PLAN_DEFAULT if direct else GEN_PLAN_DEFAULT.removesuffix(" --direct")
+    printed = [line.strip() for line in r.stdout.splitlines() if line.strip().startswith("/humanize:")]
+    assert printed == [gen_plan, rlcr_line(f"kda-base/{H200}-ov", rlcr_opts)], r.stdout
+
+
+def test_help_documents_every_humanize_option_with_its_default(lab: Lab) -> None:
+    r = lab.run("--help")
+    assert r.returncode == 0
+    for text in (
+        "KDA_GEN_PLAN_DIRECT",
+        "KDA_RLCR_SKIP_QUIZ",
+        "KDA_RLCR_CLAUDE_ANSWER_CODEX",
+        "KDA_RLCR_MAX",
+        "(default: 12)",
+        "KDA_CODEX_MODEL",
+        "(default: gpt-5.5:xhigh)",
+        "KDA_CODEX_TIMEOUT",
+        "(default: 5400)",
+    ):
+        assert text in r.stdout, text
+
+
 # ---------------------------------------------------------------------------------------------------
 # Refusals: clear message on stderr, non-zero exit, nothing created
 # ---------------------------------------------------------------------------------------------------
@@ -557,6 +621,35 @@ REFUSALS = {
         "inside the repository",
     ),
     "unknown-option-first": _simple(["--model"], {}, "first argument must be the task folder"),
+    # the options of the printed Humanize commands: refused before anything is created
+    "rlcr-max-word": _simple([f"kernels/{H200}"], {"KDA_RLCR_MAX": "twelve"}, "KDA_RLCR_MAX must be a positive integer"),
+    "rlcr-max-zero": _simple([f"kernels/{H200}"], {"KDA_RLCR_MAX": "0"}, "KDA_RLCR_MAX must be a positive integer"),
+    "rlcr-max-negative": _simple([f"kernels/{H200}"], {"KDA_RLCR_MAX": "-3"}, "KDA_RLCR_MAX must be a positive integer"),
+    "rlcr-max-fraction": _simple([f"kernels/{H200}"], {"KDA_RLCR_MAX": "1.5"}, "KDA_RLCR_MAX must be a positive integer"),
+    "codex-timeout-unit": _simple(
+        [f"kernels/{H200}"], {"KDA_CODEX_TIMEOUT": "90m"}, "KDA_CODEX_TIMEOUT must be a positive integer"
+    ),
+    "codex-timeout-space": _simple(
+        [f"kernels/{H200}"], {"KDA_CODEX_TIMEOUT": "54 00"}, "KDA_CODEX_TIMEOUT must be a positive integer"
+    ),
+    "codex-model-space": _simple(
+        [f"kernels/{H200}"], {"KDA_CODEX_MODEL": "gpt 5.5"}, "KDA_CODEX_MODEL must be MODEL or MODEL:EFFORT"
+    ),
+    "codex-model-bad-effort": _simple(
+        [f"kernels/{H200}"], {"KDA_CODEX_MODEL": "gpt-5.5:ultra"}, "KDA_CODEX_MODEL must be MODEL or MODEL:EFFORT"
+    ),
+    "codex-model-injection": _simple(
+        [f"kernels/{H200}"], {"KDA_CODEX_MODEL": "gpt-5.5:xhigh --yolo"}, "KDA_CODEX_MODEL must be MODEL or"
+    ),
+    "gen-plan-direct-word": _simple(
+        [f"kernels/{H200}"], {"KDA_GEN_PLAN_DIRECT": "yes"}, "KDA_GEN_PLAN_DIRECT must be 0 or 1"
+    ),
+    "skip-quiz-two": _simple([f"kernels/{H200}"], {"KDA_RLCR_SKIP_QUIZ": "2"}, "KDA_RLCR_SKIP_QUIZ must be 0 or 1"),
+    "claude-answer-codex-true": _simple(
+        [f"kernels/{H200}"],
+        {"KDA_RLCR_CLAUDE_ANSWER_CODEX": "true"},
+        "KDA_RLCR_CLAUDE_ANSWER_CODEX must be 0 or 1",
+    ),
 }
 
 
@@ -858,11 +951,8 @@ def test_launch_in_tmux_like_a_new_user(lab: Lab) -> None:
         screen = _wait_for(tmux, r"__rc1=\d+")
         assert "__rc1=0" in screen, screen
         assert f"review base  kda-base/{H200}-tmux1" in screen
-        assert f"/humanize:gen-plan --input {DRAFT} --output {PLAN}" in screen
-        assert (
-            f"/humanize:start-rlcr-loop {PLAN} --codex-timeout 5400 --base-branch kda-base/{H200}-tmux1"
-            in screen
-        )
+        assert GEN_PLAN_DEFAULT in screen
+        assert rlcr_line(f"kda-base/{H200}-tmux1") in screen
         assert (lab.wt_base / f"{H200}-tmux1" / DRAFT).is_file()
 
         subprocess.run([*send, f'KDA_RUN_ID=tmux2 {knn} --from-tmux; echo "__rc2=$?"', "Enter"], check=True)
@@ -884,8 +974,8 @@ def test_launch_in_tmux_like_a_new_user(lab: Lab) -> None:
 def test_workflow_doc_names_real_launchers_and_commands() -> None:
     doc = (REPO / "docs" / "workflow.md").read_text()
     for text in (
-        "/humanize:gen-plan --input .humanize/kernel-agent/draft.md --output .humanize/kernel-agent/plan.md",
-        "/humanize:start-rlcr-loop .humanize/kernel-agent/plan.md --codex-timeout 5400 --base-branch kda-base/",
+        GEN_PLAN_DEFAULT,
+        f"/humanize:start-rlcr-loop {PLAN} {RLCR_DEFAULT_OPTS} --base-branch kda-base/",
         "kda check ",
         "kda bench ",
         "--aa",
@@ -899,6 +989,20 @@ def test_workflow_doc_names_real_launchers_and_commands() -> None:
         assert text in doc, text
     for var in ("KDA_BASE_BRANCH", "KDA_WORKTREE_BASE", "KDA_RUN_ID", "KDA_NO_CLAUDE", "CLAUDE_BIN"):
         assert var in doc, var
+    # every option of the printed Humanize commands: its variable and its default, in one table row
+    for var, default in (
+        ("KDA_GEN_PLAN_DIRECT", "`1`"),
+        ("KDA_RLCR_SKIP_QUIZ", "`1`"),
+        ("KDA_RLCR_CLAUDE_ANSWER_CODEX", "`1`"),
+        ("KDA_RLCR_MAX", "`12`"),
+        ("KDA_CODEX_MODEL", "`gpt-5.5:xhigh`"),
+        ("KDA_CODEX_TIMEOUT", "`5400`"),
+    ):
+        row = next((line for line in doc.splitlines() if line.startswith(f"| `{var}` |")), "")
+        assert default in row, (var, row)
+    # the stop-hook caveat: what to disable and what to kill
+    for text in ("--disable hooks", "--disable plugin_hooks", "--disable codex_hooks", "process group"):
+        assert text in doc, text
     # every kNN launcher the doc names has the number the generator gives it
     named = re.findall(r"k(\d{2})_([A-Za-z0-9_-]+?)\.sh", doc)
     assert named, "the doc should show concrete launchers"
