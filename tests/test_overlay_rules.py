@@ -298,3 +298,22 @@ def test_install_problems_under_error_filters_are_logged_and_in_status(tmp_path)
     assert any("apply_rotary_embedding" in m and "failed to import" in m for m in r["records"]), r["records"]
     assert any("install exploded" in p for p in r["whole"]), r["whole"]
     assert any("install exploded" in m for m in r["records"])
+
+
+# ------------------------------------------------------------------ #24: the install() timing script runs
+
+def test_install_timing_script_reports_a_clean_install():
+    """scripts/overlay_install_timing.py (docs/overlay.md): one run in this environment (transformers and
+    diffusers are reported as absent when not installed; the e2e environment has them)."""
+    import json
+    import subprocess
+
+    p = subprocess.run([sys.executable, str(fx.REPO / "scripts" / "overlay_install_timing.py"), "--runs", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["error"] is None and r["problems"] == {}, r
+    assert {"triton_group_norm_silu", "apply_group_norm_silu"} <= set(r["installed"])
+    assert set(r["third_party"]) == {"transformers", "diffusers"}
+    assert r["imported_by_install"] == [], "install() imported third-party modules"
+    assert r["install_s_median"] > 0
