@@ -308,8 +308,8 @@ def test_install_timing_script_reports_a_clean_install():
     import json
     import subprocess
 
-    p = subprocess.run([sys.executable, str(fx.REPO / "scripts" / "overlay_install_timing.py"), "--runs", "1"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, str(fx.REPO / "scripts" / "overlay_install_timing.py"), "--runs", "1",
+                        "--kda-root", str(fx.REPO)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["error"] is None and r["problems"] == {}, r
@@ -317,3 +317,4 @@ def test_install_timing_script_reports_a_clean_install():
     assert set(r["third_party"]) == {"transformers", "diffusers"}
     assert r["imported_by_install"] == [], "install() imported third-party modules"
     assert r["install_s_median"] > 0
+    assert r["kda_kernels"] == str(fx.REPO / "kda_kernels" / "__init__.py")
