@@ -60,11 +60,14 @@ def test_every_promoted_op_passes_opcheck_on_the_gpu():
         op = getattr(torch.ops.kda, t.function).default
         n = 0
         for name, args in gen:
-            n += 1
-            try:
-                torch.library.opcheck(op, (), args)
-            except Exception as e:
-                fails[f"{t.function}/{name}"] = f"{type(e).__name__}: {e}"[:700]
+            # grad disabled: the CUDA paths (KDA impl, SGLang's Triton kernel); enabled: SGLang's eager path
+            for grad in (False, True):
+                n += 1
+                try:
+                    with torch.set_grad_enabled(grad):
+                        torch.library.opcheck(op, (), args)
+                except Exception as e:
+                    fails[f"{t.function}/{name}/grad={grad}"] = f"{type(e).__name__}: {e}"[:700]
         checked[t.function] = n
     emit({"checked": checked, "fails": fails, "missing": missing, "cap": list(torch.cuda.get_device_capability()),
           "promoted": [k for k, v in st.items() if v["promoted"]]})
