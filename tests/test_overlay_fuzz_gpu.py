@@ -5,7 +5,8 @@
 - layout fuzz for every swap target: the overlay and SGLang against the lab's fp64 oracle. The overlay must be
   right (and keep SGLang's shapes, strides, refusals) on every input SGLang accepts; inputs SGLang itself gets
   wrong are recorded (printed, and written to ``$OUT/overlay_fuzz_sglang.json`` when ``OUT`` is set) as
-  upstream-bug material. Unpromoted targets run SGLang on both sides (the overlay keeps SGLang's function).
+  upstream-bug material. Unpromoted targets run SGLang on both sides (the overlay keeps SGLang's function): they
+  are recorded, and fail nothing.
 
 Run on the GPU box (after .gpu-stage-a/setup.sh):
     python3 -m pytest -m gpu tests/test_overlay_fuzz_gpu.py -v -s
@@ -113,7 +114,9 @@ def test_layout_fuzz_overlay_and_sglang_against_the_oracle():
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "overlay_fuzz_sglang.json"), "w") as f:
             json.dump({**record, "rows": rows}, f, indent=1, default=str)
-    emit({**record, "bad": [r for r in rows if r["verdict"]], "missing": missing,
+    # the overlay answers for what it swaps in; an unpromoted target is SGLang's function on both sides (its
+    # wrong answers are recorded above, not failed here)
+    emit({**record, "bad": [r for r in rows if r["verdict"] and r["promoted"]], "missing": missing,
           "promoted_rows": sum(1 for r in rows if r["promoted"])})
     """], timeout=900)
     print(f"{r['n_rows']} rows; SGLang wrong on {len(r['sglang_wrong'])}:")
