@@ -39,8 +39,10 @@ def tolerances(family: str) -> dict[str, tuple[float, float]]:
     for toml in sorted((REPO / "kernels").glob(f"*_diffusion_{family}__*/task.toml")):
         tol = tomllib.loads(toml.read_text()).get("tolerances", {})
         if tol:
-            return {k: (float(v["atol"]), float(v["rtol"])) for k, v in tol.items()}
-    return dict(DEFAULT_TOL)
+            out = {k: (float(v["atol"]), float(v["rtol"])) for k, v in tol.items()}
+            out["source"] = str(toml.relative_to(REPO))  # type: ignore[assignment]
+            return out
+    return {**DEFAULT_TOL, "source": "default (no task folder for this family): review before calling it a bug"}
 
 
 # ------------------------------------------------------------------------------------------ GroupNorm
@@ -203,7 +205,7 @@ def compare(fn: str, name: str, args: dict[str, Any], overlay: Callable[..., Any
     c = contract(family_of(fn), fn)
     x = next(v for v in args.values() if isinstance(v, torch.Tensor))
     dtype = str(x.dtype).removeprefix("torch.")
-    row: dict[str, Any] = {"fn": fn, "case": name, "dtype": dtype}
+    row: dict[str, Any] = {"fn": fn, "case": name, "dtype": dtype, "tol": tol.get(dtype), "tol_source": tol.get("source")}
     try:
         with torch.no_grad():
             ref = c.oracle(_private(args))
