@@ -16,6 +16,7 @@ install() imports them only when something is promoted. See docs/overlay.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 from kda_kernels.registry import FAMILIES, TARGETS, SwapTarget
@@ -25,12 +26,16 @@ __all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "build", "install", 
 __version__ = "0.1.0"
 
 
-def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None) -> dict[str, Any]:
-    """Swap promoted kernels into SGLang (idempotent). ``strict`` raises instead of warning; ``force``
-    re-installs (re-reading stamps, impls and ``KDA_FORCE_ARCH``) without losing SGLang's originals."""
+def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None,
+            extra_modules: Iterable[str | ModuleType] | None = None) -> dict[str, Any]:
+    """Swap promoted kernels into SGLang (idempotent; never raises unless ``strict``). Rebinds SGLang's own
+    modules (``sglang.*``); other modules (user code, ``__main__``) only when named in ``extra_modules`` (a name
+    covers its submodules). ``force`` re-installs (re-reading stamps, impls and ``KDA_FORCE_ARCH``) without
+    losing SGLang's originals. Problems go to ``status()[fn]["problems"]`` and a ``KdaKernelsWarning`` (the
+    ``kda_kernels`` logger where a filter makes warnings errors)."""
     from kda_kernels import overlay
 
-    return overlay.install(strict=strict, force=force, families=families)
+    return overlay.install(strict=strict, force=force, families=families, extra_modules=extra_modules)
 
 
 def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:

@@ -107,6 +107,45 @@ def _contig(x: Tensor) -> Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+def _sglang_gns_triton_path(x: Tensor, weight: Tensor, bias: Tensor, num_groups: int) -> bool:
+    """Mirror of SGLang 0.5.23 ``_can_use_triton_group_norm_silu`` (the Triton path returns a contiguous tensor;
+    otherwise SGLang returns ``F.silu(F.group_norm(x))``, whose layout follows torch's group_norm)."""
+    return (
+        x.is_cuda and not torch.is_grad_enabled() and not x.requires_grad
+        and x.dtype in (torch.float16, torch.bfloat16, torch.float32) and x.dim() in (2, 3, 4, 5)
+        and x.shape[1] % num_groups == 0 and weight.is_cuda and bias.is_cuda
+        and weight.dtype == x.dtype and bias.dtype == x.dtype and weight.dim() == 1 and bias.dim() == 1
+        and weight.shape == bias.shape == (x.shape[1],)
+    )
+
+
+def _fake_group_norm_silu(x: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-5) -> Tensor:
+    """Exactly what ``triton_group_norm_silu`` returns, strides included: contiguous from SGLang's Triton path
+    (and from the KDA impls, which take only contiguous x), else the eager path's own layout (on CPU a
+    channels_last x stays channels_last), obtained by running that path on the fake tensors."""
+    if _sglang_gns_triton_path(x, weight, bias, num_groups):
+        return _contig(x)
+    return torch.nn.functional.silu(torch.nn.functional.group_norm(x, num_groups, weight, bias, eps))
+
+
+def _canonical_group_norm_silu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """SGLang 0.5.23's Triton kernels index weight/bias as if contiguous (they read ``weight_ptr + c``): a strided
+    or broadcast [C] view (``torch.randn(2*C)[::2]``, ``w.expand(C)``) gives wrong values. The [C] vectors are
+    tiny, so the overlay hands every path (KDA impl or SGLang) contiguous copies."""
+    pos = list(args)
+    kw = kwargs
+    for i, name in ((1, "weight"), (2, "bias")):
+        if i < len(pos):
+            t = pos[i]
+            if isinstance(t, Tensor) and not t.is_contiguous():
+                pos[i] = t.contiguous()
+        else:
+            t = kw.get(name)
+            if isinstance(t, Tensor) and not t.is_contiguous():
+                kw = {**kw, name: t.contiguous()}
+    return tuple(pos), kw
+
+
 def _fake_none(*args: Any, **kwargs: Any) -> None:
     return None
 
@@ -195,6 +234,8 @@ class Contract:
     accepts: Callable[..., bool] | None = None  # optional kind: SGLang returns a tensor iff this holds
     out_signature: inspect.Signature | None = None  # out kind: the mutating variant kda::<name>_out
     first_tensor: str = "x"
+    # (args, kwargs) -> (args, kwargs): inputs SGLang accepts but computes wrong, rewritten for every path
+    canonical: Callable[..., Any] | None = None
 
     @property
     def n_outputs(self) -> int:
@@ -218,7 +259,7 @@ CONTRACTS: dict[str, Contract] = {c.function: c for c in (
     _c(fused_inplace_qknorm_rope, _fake_none, ("q", "k")),
     _c(norm_infer, _fake_contig0, op_signature=_sig(_norm_infer_noout), out_signature=_sig(_norm_infer_out)),
     _c(triton_one_pass_rms_norm, _fake_contig0),
-    _c(triton_group_norm_silu, _fake_contig0),
+    _c(triton_group_norm_silu, _fake_group_norm_silu, canonical=_canonical_group_norm_silu),
     _c(apply_group_norm_silu, None),
     _c(apply_rotary_embedding, _fake_like0),
     _c(apply_ltx2_split_rotary_emb, _fake_like0),

@@ -21,6 +21,7 @@ Everything is precomputed at install; a call costs a few attribute checks, one d
 
 from __future__ import annotations
 
+import importlib
 import threading
 import types
 from collections.abc import Callable
@@ -30,7 +31,7 @@ import torch
 
 from kda_kernels._env import FORCE_ENV, forced_arch  # noqa: F401  (re-exported)
 from kda_kernels.contracts import CONTRACTS, Contract, group_norm_silu_eligible
-from kda_kernels.registry import CAPABILITY_ARCH, SwapTarget
+from kda_kernels.registry import BY_FUNCTION, CAPABILITY_ARCH, SwapTarget
 
 Entry = tuple[Callable[..., Any] | None, Callable[..., bool] | None]
 _NO_IMPL: Entry = (None, None)
@@ -123,6 +124,17 @@ def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[st
 
     run.kda_memo = memo  # type: ignore[attr-defined]
     return run
+
+
+def _canonicalized(run: Callable[..., Any], canonical: Callable[..., Any]) -> Callable[..., Any]:
+    """Inputs SGLang accepts but computes wrong (see ``contracts``) rewritten before any path sees them."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = canonical(args, kwargs)
+        return run(*args, **kwargs)
+
+    call.kda_memo = run.__dict__.get("kda_memo")  # type: ignore[attr-defined]
+    return call
 
 
 def _none_falls_back(impl: Callable[..., Any], baseline: Callable[..., Any]) -> Callable[..., Any]:
@@ -252,11 +264,27 @@ def _public_out(op: Any, out_op: Any, run: Callable[..., Any]) -> Callable[..., 
     return public
 
 
-def _public_wrapper(tensor_public: Callable[..., Any], baseline: Callable[..., Any],
-                    allow_non_cuda: bool) -> Callable[..., Any]:
+def _public_wrapper(tensor_public: Callable[..., Any], baseline: Callable[..., Any], tensor_module: Any,
+                    tensor_name: str, non_cuda_supports: Callable[..., bool] | None) -> Callable[..., Any]:
+    """SGLang's ``apply_group_norm_silu``: its eligibility test, then the tensor-level function looked up at call
+    time on its defining module, as SGLang's in-function import does (SGLang's tests spy on that attribute).
+    While installed that attribute is the KDA object; where it is still SGLang's own (the tensor-level function
+    not installed), the KDA object is called instead. CPU tensors take SGLang's eager path unless a forced
+    arch's impl declares (``supports``) that it takes them: KDA_FORCE_ARCH never routes an input the impl
+    cannot run."""
+    tensor_baseline = tensor_public.__dict__.get("__kda_baseline__")
+
     def public(x: Any, norm: Any, activation: Any) -> Any:
-        if group_norm_silu_eligible(x, norm, activation, allow_non_cuda):
-            return tensor_public(x, norm.weight, norm.bias, norm.num_groups, norm.eps)
+        if x.is_cuda:
+            fused = group_norm_silu_eligible(x, norm, activation)
+        else:
+            fused = (non_cuda_supports is not None and group_norm_silu_eligible(x, norm, activation, True)
+                     and non_cuda_supports(x, norm.weight, norm.bias, norm.num_groups, norm.eps))
+        if fused:
+            fn = getattr(tensor_module, tensor_name)
+            if fn is tensor_baseline:
+                fn = tensor_public
+            return fn(x, norm.weight, norm.bias, num_groups=norm.num_groups, eps=norm.eps)
         return baseline(x, norm, activation)
 
     return public
@@ -280,8 +308,9 @@ def _decorate(public: Callable[..., Any], target: SwapTarget, contract: Contract
 
 
 def is_kda_object(obj: Any) -> bool:
-    # no getattr on arbitrary objects: some (torch.backends.cuda's) initialize CUDA in __getattr__
-    return isinstance(obj, types.FunctionType) and obj.__dict__.get("__kda_kernel__") is True
+    # no getattr (nor isinstance, which may read __class__) on arbitrary objects: some (torch.backends.cuda's)
+    # initialize CUDA in __getattr__
+    return type(obj) is types.FunctionType and obj.__dict__.get("__kda_kernel__") is True
 
 
 def build(target: SwapTarget, baseline: Callable[..., Any], impls: dict[str, Entry], forced: str | None,
@@ -290,12 +319,17 @@ def build(target: SwapTarget, baseline: Callable[..., Any], impls: dict[str, Ent
     contract = CONTRACTS[target.function]
     arches = tuple(sorted(impls))
     if target.kind == "wrapper":
-        if tensor_public is None:
+        if tensor_public is None or target.unpacks_into is None:
             raise KdaDispatchError(f"{target.function} unpacks into {target.unpacks_into}, whose KDA object is missing")
-        public = _public_wrapper(tensor_public, baseline, allow_non_cuda=forced not in (None, "baseline"))
+        inner = BY_FUNCTION[target.unpacks_into]
+        forced_entry = impls.get(forced, _NO_IMPL) if forced not in (None, "baseline") else _NO_IMPL
+        public = _public_wrapper(tensor_public, baseline, importlib.import_module(inner.module), inner.function,
+                                 forced_entry[1] if forced_entry[0] is not None else None)
         _decorate(public, target, contract, baseline, None, getattr(tensor_public, "kda_op", None), arches, forced)
         return public
     run = make_runner(contract, baseline, impls, forced, optional=target.kind == "optional")
+    if contract.canonical is not None:
+        run = _canonicalized(run, contract.canonical)
     op = ensure_op(contract)
     with _lock:
         _SLOTS[f"kda::{target.function}"] = run

@@ -10,15 +10,28 @@ A swap of function ``fn`` (defining module ``M``, facade ``F = sglang.kernels.op
    in-function ``from sglang.kernels.ops.diffusion import fn`` get the KDA object without touching ``M``;
 4. registers ``KernelSpec(op="diffusion.<fn>", backend=KernelBackend.KDA, target="kda_kernels.diffusion.<family>:<fn>")``.
 
+Step 2 rebinds SGLang's own modules (``sglang`` and ``sglang.*``) only; any other module (user code,
+``__main__``) only when the caller names it: ``install(extra_modules=["__main__", "myapp"])`` (a name covers the
+module and its submodules). A user's saved reference to SGLang's function is never replaced behind their back.
+
+Module state is read only through the module's ``__dict__`` (never ``getattr`` on a module object): a module
+with a PEP 562 ``__getattr__`` (transformers' lazy alias modules, SGLang's own facade) must not run its import
+hooks inside install(), uninstall() or status(); any error from one module is skipped and never stops the
+rebinding of the others.
+
 ``uninstall()`` puts back exactly the recorded previous values where the KDA object is still in place
-(identity checks), also at modules imported after the install that picked the KDA object up.
-Problems are warnings (``KdaKernelsWarning``) and the baseline stays; ``strict=True`` raises instead and rolls
-back what that call installed. Nothing here ever raises out of a non-strict ``install()``.
+(identity checks), also at modules imported after the install that picked the KDA object up, and restores
+SGLang's kernel registry entry for the op as it was.
+Problems are recorded in ``status()[fn]["problems"]`` and reported once through a ``KdaKernelsWarning`` that is
+guarded against error filters (``python -W error``: the warning goes to the ``kda_kernels`` logger instead);
+the baseline stays. ``strict=True`` raises instead and rolls back what that call installed. Nothing ever raises
+out of a non-strict ``install()``.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import threading
 import types
@@ -36,6 +49,24 @@ STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
 _SKIP_PREFIXES = ("kda_kernels", "_kda_candidate_")
 _MISSING = object()
 _lock = threading.RLock()
+# Modules install() rebinds by default: SGLang's own. Anything else only when named in extra_modules.
+_DEFAULT_SCOPE = ("sglang",)
+log = logging.getLogger("kda_kernels")
+_module_dict = types.ModuleType.__dict__["__dict__"].__get__  # a module's namespace, no attribute hooks run
+
+
+def module_dict(m: types.ModuleType) -> dict[str, Any]:
+    """``m.__dict__`` without attribute lookup on ``m`` (no ``__getattr__``/``__getattribute__`` of m runs)."""
+    return _module_dict(m, type(m))
+
+
+def report(message: str, stacklevel: int = 2) -> None:
+    """A ``KdaKernelsWarning`` that cannot raise: where a warnings filter turns it into an error (``-W error``,
+    pytest ``filterwarnings=error``), the message goes to the ``kda_kernels`` logger instead."""
+    try:
+        warnings.warn(message, KdaKernelsWarning, stacklevel=stacklevel + 1)
+    except Exception:  # noqa: BLE001 - an "error" filter: never let a report break the caller (import sglang)
+        log.warning("%s", message)
 
 
 class KdaKernelsWarning(RuntimeWarning):
@@ -49,6 +80,7 @@ class KdaInstallError(RuntimeError):
 @dataclass
 class Site:
     module: types.ModuleType
+    modname: str  # the sys.modules key it was found under (never read from the module object)
     name: str
     previous: Any  # _MISSING: the name did not exist (facade cache not yet filled)
 
@@ -62,14 +94,16 @@ class Installed:
     forced: str | None
     sites: list[Site] = field(default_factory=list)
     registry: str = ""  # registered KernelSpec op id, or why not
+    registry_before: Any = None  # SGLang's spec list for the op before install (_MISSING: op absent)
+    scope: tuple[str, ...] = ("sglang",)  # the modules install() may rebind (uninstall() restores there too)
 
     def call_sites(self) -> list[str]:
         """Rebound globals outside the defining module and the facade (module-level import call sites)."""
         own = {self.target.module, FACADE}
-        return [f"{s.module.__name__}.{s.name}" for s in self.sites if s.module.__name__ not in own]
+        return [f"{s.modname}.{s.name}" for s in self.sites if s.modname not in own]
 
     def rebound(self) -> list[str]:
-        return [f"{s.module.__name__}.{s.name}" for s in self.sites]
+        return [f"{s.modname}.{s.name}" for s in self.sites]
 
 
 _STATE: dict[str, Installed] = {}
@@ -85,12 +119,12 @@ def family_module(family: str) -> types.ModuleType:
 
 
 def stamps(target: SwapTarget) -> dict[str, Any]:
-    fam = family_module(target.family)
+    fam = module_dict(family_module(target.family))
     fn = target.function
-    out = {"promoted": bool(getattr(fam, f"KDA_OPTIMIZED_{fn}", False))}
+    out = {"promoted": bool(fam.get(f"KDA_OPTIMIZED_{fn}", False))}
     for key in STAMP_KEYS:
         default: Any = () if key == "arches" else {}
-        out[key] = getattr(fam, f"KDA_{key.upper()}_{fn}", default)
+        out[key] = fam.get(f"KDA_{key.upper()}_{fn}", default)
     return out
 
 
@@ -107,14 +141,14 @@ def _load_impls(target: SwapTarget, arches: Iterable[str], problems: list[str]) 
         except Exception as e:  # noqa: BLE001 - an impl that fails to import must not break SGLang
             problems.append(f"{arch} impl failed to import ({modname}): {type(e).__name__}: {e}")
             continue
-        exports = getattr(mod, "EXPORTS", None)
+        exports = module_dict(mod).get("EXPORTS")
         impl = exports.get(name) if isinstance(exports, dict) else None
         if not callable(impl):
             problems.append(f"{arch} impl {modname} has no callable EXPORTS[{name!r}]")
             continue
         supports = getattr(impl, "supports", None)
         if supports is None:
-            supports = (getattr(mod, "SUPPORTS", None) or {}).get(name)
+            supports = (module_dict(mod).get("SUPPORTS") or {}).get(name)
         if supports is not None and not callable(supports):
             problems.append(f"{arch} impl {modname}: supports for {name!r} is not callable")
             continue
@@ -128,7 +162,7 @@ def _capture_baseline(target: SwapTarget) -> Callable[..., Any]:
     from kda_kernels.dispatch import is_kda_object
 
     mod = importlib.import_module(target.module)
-    current = mod.__dict__.get(target.function, _MISSING)
+    current = module_dict(mod).get(target.function, _MISSING)
     if current is _MISSING:
         raise AttributeError(f"{target.module} has no attribute {target.function!r}")
     if is_kda_object(current):  # left behind by an earlier install: its baseline is the true original
@@ -136,96 +170,215 @@ def _capture_baseline(target: SwapTarget) -> Callable[..., Any]:
     return current
 
 
-def _modules() -> list[types.ModuleType]:
-    return [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
+Scope = tuple[str, ...]  # module names: each covers the module itself and its submodules
 
 
-def _skip(m: types.ModuleType) -> bool:
-    name = getattr(m, "__name__", "") or ""
-    return name.startswith(_SKIP_PREFIXES) or getattr(m, "__kda_no_rebind__", False) is True
+def scope_of(extra_modules: Iterable[str | types.ModuleType] | None) -> Scope:
+    """SGLang's own modules plus the caller-named ones (names, or module objects looked up in sys.modules)."""
+    if extra_modules is None:
+        return _DEFAULT_SCOPE
+    if isinstance(extra_modules, (str, types.ModuleType)):
+        extra_modules = [extra_modules]
+    names = list(_DEFAULT_SCOPE)
+    for m in extra_modules:
+        if isinstance(m, str):
+            names.append(m)
+        else:  # a module object: the name it is loaded under (no attribute read on it)
+            names.extend(k for k, v in list(sys.modules.items()) if v is m)
+    return tuple(dict.fromkeys(names))
 
 
-def _rebind(olds: list[Any], new: Any, restore_as: dict[int, Any] | None = None) -> list[Site]:
-    """Replace, in every loaded module's globals, each value identical to one of ``olds`` with ``new``.
-    ``restore_as`` maps id(old) to what uninstall() should put back instead of that old value."""
+def _in_scope(name: str, scope: Scope | None) -> bool:
+    return scope is None or any(name == s or name.startswith(s + ".") for s in scope)
+
+
+def _modules(scope: Scope | None) -> list[tuple[str, types.ModuleType]]:
+    """(name, module) for loaded modules in ``scope`` (None: all). ``type()`` only: isinstance() could read
+    ``__class__`` through a foreign object's hooks."""
+    return [(k, m) for k, m in list(sys.modules.items())
+            if isinstance(k, str) and issubclass(type(m), types.ModuleType) and _in_scope(k, scope)]
+
+
+def _skip(name: str, d: dict[str, Any]) -> bool:
+    return name.startswith(_SKIP_PREFIXES) or d.get("__kda_no_rebind__", False) is True
+
+
+def _rebind(olds: list[Any], new: Any, restore_as: dict[int, Any] | None = None,
+            scope: Scope | None = _DEFAULT_SCOPE) -> list[Site]:
+    """Replace, in the globals of every loaded module in ``scope`` (None: every module), each value identical
+    to one of ``olds`` with ``new``. ``restore_as`` maps id(old) to what uninstall() should put back instead."""
     ids = {id(o) for o in olds}
     restore_as = restore_as or {}
     sites: list[Site] = []
-    for m in _modules():
-        if _skip(m):
-            continue
+    for modname, m in _modules(scope):
         try:
-            d = vars(m)
-            if ids.isdisjoint(map(id, list(d.values()))):
+            d = module_dict(m)
+            if _skip(modname, d) or ids.isdisjoint(map(id, list(d.values()))):
                 continue
             for name, value in list(d.items()):
                 if id(value) in ids and any(value is o for o in olds):
                     d[name] = new
-                    sites.append(Site(m, name, restore_as.get(id(value), value)))
-        except Exception:  # noqa: BLE001,S112 - an exotic module object: leave it alone
+                    sites.append(Site(m, modname, name, restore_as.get(id(value), value)))
+        except Exception:  # noqa: BLE001,S112 - an exotic module object: leave it alone, rebind the others
             continue
     return sites
 
 
-def _swap(rec: Installed) -> None:
+def _olds(rec: Installed) -> tuple[list[Any], dict[int, Any]]:
+    """The values install() replaces: the baseline, plus what the defining module and the facade hold."""
     from kda_kernels.dispatch import is_kda_object
 
     t = rec.target
-    facade = importlib.import_module(FACADE)  # already imported with the defining module (its parent package)
-    mod = sys.modules[t.module]
     olds = [rec.baseline]
     restore_as: dict[int, Any] = {}
-    for holder in (mod, facade):
-        v = holder.__dict__.get(t.function, _MISSING)
-        if v is _MISSING or any(v is o for o in olds):
+    for holder in (t.module, FACADE):
+        v = module_dict(sys.modules[holder]).get(t.function, _MISSING)
+        if v is _MISSING or v is rec.public or any(v is o for o in olds):
             continue
         if is_kda_object(v):
             # left behind by an install whose bookkeeping is gone: replace it too, restore the true original
             restore_as[id(v)] = rec.baseline
         olds.append(v)  # else e.g. a test's monkeypatch of the facade: restored as it was
-    rec.sites = _rebind(olds, rec.public, restore_as)
-    if facade.__dict__.get(t.function, _MISSING) is not rec.public:
-        prev = facade.__dict__.get(t.function, _MISSING)
-        facade.__dict__[t.function] = rec.public
-        rec.sites.append(Site(facade, t.function, prev))
-    if mod.__dict__.get(t.function) is not rec.public:
-        rec.sites.append(Site(mod, t.function, mod.__dict__.get(t.function, _MISSING)))
-        mod.__dict__[t.function] = rec.public
+    return olds, restore_as
+
+
+def _swap(rec: Installed, scope: Scope) -> None:
+    t = rec.target
+    rec.scope = scope
+    facade = importlib.import_module(FACADE)  # already imported with the defining module (its parent package)
+    mod = sys.modules[t.module]
+    olds, restore_as = _olds(rec)
+    rec.sites = _rebind(olds, rec.public, restore_as, scope)
+    fd, md = module_dict(facade), module_dict(mod)
+    if fd.get(t.function, _MISSING) is not rec.public:
+        prev = fd.get(t.function, _MISSING)
+        fd[t.function] = rec.public
+        rec.sites.append(Site(facade, FACADE, t.function, prev))
+    if md.get(t.function) is not rec.public:
+        rec.sites.append(Site(mod, t.module, t.function, md.get(t.function, _MISSING)))
+        md[t.function] = rec.public
+
+
+def _extend(rec: Installed, scope: Scope) -> None:
+    """An installed function, install() called again naming more modules: rebind those too."""
+    olds, restore_as = _olds(rec)
+    extra = tuple(s for s in scope if s not in rec.scope)
+    if extra:
+        rec.scope = (*rec.scope, *extra)
+        rec.sites.extend(_rebind(olds, rec.public, restore_as, extra))
 
 
 def _unswap(rec: Installed) -> dict[str, Any]:
     restored, left = 0, []
     for s in reversed(rec.sites):
-        d = vars(s.module)
-        if d.get(s.name, _MISSING) is rec.public:
-            if s.previous is _MISSING:
-                del d[s.name]
+        try:
+            d = module_dict(s.module)
+            if d.get(s.name, _MISSING) is rec.public:
+                if s.previous is _MISSING:
+                    del d[s.name]
+                else:
+                    d[s.name] = s.previous
+                restored += 1
             else:
-                d[s.name] = s.previous
-            restored += 1
-        else:
-            left.append(f"{s.module.__name__}.{s.name}")
-    # modules imported after install() picked the KDA object up through the facade: give them the baseline
-    late = _rebind([rec.public], rec.baseline)
-    return {"restored": restored + len(late), "late_importers": [f"{s.module.__name__}.{s.name}" for s in late],
+                left.append(f"{s.modname}.{s.name}")
+        except Exception:  # noqa: BLE001 - one odd module must not stop the restore of the others
+            left.append(f"{s.modname}.{s.name}")
+    # modules in install()'s scope that picked the KDA object up through the facade after install(): give them
+    # the baseline (a module outside the scope keeps what it took, as install() left its references alone)
+    late = _rebind([rec.public], rec.baseline, scope=rec.scope)
+    _restore_spec(rec)
+    return {"restored": restored + len(late), "late_importers": [f"{s.modname}.{s.name}" for s in late],
             "changed_since_install": left}
 
 
-def _register_spec(rec: Installed) -> str:
+def _sglang_kernels() -> tuple[Any, Any, Any] | None:
+    """(registry instance, spec module dict, selector module dict) of SGLang's kernel registry, or None."""
     try:
-        from sglang.kernels.registry import registry
-        from sglang.kernels.spec import CapabilityRequirement, KernelBackend, KernelSpec
-    except Exception as e:  # noqa: BLE001
-        return f"not registered: SGLang kernel registry unavailable ({type(e).__name__}: {e})"
-    caps = frozenset(CapabilityRequirement.cuda(min_sm=ARCH_CAPABILITY[a], max_sm=ARCH_CAPABILITY[a])
-                     for a in rec.arches)
-    spec = KernelSpec(op=rec.target.registry_op, backend=KernelBackend.KDA, target=rec.target.kda,
-                      capabilities=caps)
+        reg = module_dict(importlib.import_module("sglang.kernels.registry"))["registry"]
+        spec = module_dict(importlib.import_module("sglang.kernels.spec"))
+        sel = module_dict(importlib.import_module("sglang.kernels.selector"))
+    except Exception:  # noqa: BLE001
+        return None
+    return reg, spec, sel
+
+
+def _clear_selector_cache(sel: dict[str, Any]) -> None:
+    # get_kernel() caches resolved callables per process: drop them so selection follows the registry again
+    resolve = sel.get("_resolve")
+    if resolve is not None and hasattr(resolve, "cache_clear"):
+        resolve.cache_clear()
+
+
+def _register_spec(rec: Installed) -> tuple[str, bool]:
+    """Make SGLang's selector pick the KDA backend for ``diffusion.<fn>`` where the KDA object runs an impl.
+
+    SGLang's ``select_kernel`` returns the only spec of an op, else the one spec usable on this platform, and
+    raises when none or several are. So, on the platform SGLang's selector detected:
+
+    - KDA runs here (the device's arch has an impl, or ``KDA_FORCE_ARCH`` names one): the op's list becomes the
+      KDA spec plus SGLang's specs that are not usable here; SGLang's usable ones are superseded while installed
+      (the KDA object falls back to them per input). A forced arch registers the spec unrestricted.
+    - KDA does not run here and SGLang registers the op: the list is left as it is (SGLang's selection unchanged).
+    - SGLang does not register the op: the KDA spec is its only spec.
+
+    uninstall() puts the op's original list back (``_restore_spec``). Returns (text for status, is_problem)."""
+    sk = _sglang_kernels()
+    if sk is None:
+        return "not registered: SGLang kernel registry unavailable", True
+    reg, spec_mod, sel = sk
+    _clear_selector_cache(sel)  # get_kernel() may have cached SGLang's object for a spec now resolving to KDA's
     try:
-        registry.register(spec)
+        caps_t, backend_t, spec_t = spec_mod["CapabilityRequirement"], spec_mod["KernelBackend"], spec_mod["KernelSpec"]
+        platform = sel["_platform"]()
+        op = rec.target.registry_op
+        by_op = reg._by_op
+        before = by_op[op] if op in by_op else _MISSING
+        sglang_specs = [] if before is _MISSING else list(before)
+        forced_here = rec.forced in rec.arches
+        caps = frozenset() if forced_here else frozenset(
+            caps_t.cuda(min_sm=ARCH_CAPABILITY[a], max_sm=ARCH_CAPABILITY[a]) for a in rec.arches)
+        kda = spec_t(op=op, backend=backend_t.KDA, target=rec.target.kda, capabilities=caps)
+        if forced_here or kda.is_available(platform):
+            new = [kda, *(s for s in sglang_specs if not s.is_available(platform))]
+        elif not sglang_specs:
+            new = [kda]
+        else:
+            return (f"not registered on this platform ({platform.device.value}, sm "
+                    f"{platform.cuda_arch_major}.{platform.cuda_arch_minor}): SGLang's "
+                    f"{[s.backend.value for s in sglang_specs]} stay selected; KDA arches {list(rec.arches)}"), False
+        by_op[op] = new
+        rec.registry_before = before
+        _clear_selector_cache(sel)
     except Exception as e:  # noqa: BLE001 - inventory only; the swap itself stands
-        return f"not registered: {type(e).__name__}: {e}"
-    return rec.target.registry_op
+        return f"not registered: {type(e).__name__}: {e}", True
+    return op, False
+
+
+def _restore_spec(rec: Installed) -> None:
+    """SGLang's registry entry for the op as it was before install (specs SGLang added meanwhile kept)."""
+    sk = _sglang_kernels()
+    if sk is None:
+        return
+    reg, _, sel = sk
+    _clear_selector_cache(sel)
+    if rec.registry_before is None:
+        return
+    op = rec.target.registry_op
+    by_op = reg._by_op
+    current = by_op.get(op, [])
+    before = rec.registry_before
+    kept = [] if before is _MISSING else before
+    added = [s for s in current if s.target != rec.target.kda and all(s is not k for k in kept)]
+    if before is _MISSING and not added:
+        by_op.pop(op, None)
+    else:
+        if before is _MISSING:
+            by_op[op] = added
+        else:
+            before.extend(added)
+            by_op[op] = before
+    rec.registry_before = None
+    _clear_selector_cache(sel)
 
 
 # ----------------------------------------------------------------------------------------------- install
@@ -260,7 +413,7 @@ def _tensor_public(wrapper: SwapTarget, impls: dict[str, Any], forced: str | Non
     return dispatch.build(inner, _capture_baseline(inner), impls, forced)
 
 
-def _install_one(t: SwapTarget, forced: str | None, problems: list[str]) -> Installed | None:
+def _install_one(t: SwapTarget, forced: str | None, problems: list[str], scope: Scope) -> Installed | None:
     from kda_kernels import dispatch
 
     st = stamps(t)
@@ -284,32 +437,43 @@ def _install_one(t: SwapTarget, forced: str | None, problems: list[str]) -> Inst
             return None
     public = dispatch.build(t, baseline, impls, forced, tensor_public=tensor_public)
     rec = Installed(target=t, public=public, baseline=baseline, arches=tuple(sorted(impls)), forced=forced)
-    _swap(rec)
-    rec.registry = _register_spec(rec)
+    _swap(rec, scope)
+    rec.registry, bad = _register_spec(rec)
+    if bad:
+        problems.append(f"KernelSpec {rec.registry}")
     return rec
 
 
-def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None) -> dict[str, Any]:
-    """Swap every promoted function (of ``families``, default all) into SGLang. Returns ``status()``."""
+def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None,
+            extra_modules: Iterable[str | types.ModuleType] | None = None) -> dict[str, Any]:
+    """Swap every promoted function (of ``families``, default all) into SGLang. Returns ``status()``.
+    ``extra_modules``: modules outside SGLang whose globals holding SGLang's function are rebound too."""
     try:
         with _lock:
-            return _install(strict, force, families)
+            return _install(strict, force, families, extra_modules)
     except KdaInstallError:
         raise
     except Exception as e:  # noqa: BLE001 - never break `import sglang`
         if strict:
             raise KdaInstallError(f"kda_kernels.install() failed: {type(e).__name__}: {e}") from e
-        warnings.warn(f"kda_kernels.install() failed, SGLang's kernels unchanged: {type(e).__name__}: {e}",
-                      KdaKernelsWarning, stacklevel=2)
+        msg = f"install() failed, SGLang's kernels unchanged: {type(e).__name__}: {e}"
+        _PROBLEMS["*"] = [msg]
+        report(f"kda_kernels.{msg}")
+    try:
+        return status()
+    except Exception:  # noqa: BLE001
         return {}
 
 
-def _install(strict: bool, force: bool, families: Iterable[str] | None) -> dict[str, Any]:
+def _install(strict: bool, force: bool, families: Iterable[str] | None,
+             extra_modules: Iterable[str | types.ModuleType] | None) -> dict[str, Any]:
+    _PROBLEMS.pop("*", None)
     if disabled():
         _LAST["disabled"] = True
         return status()
     _LAST["disabled"] = False
     problems: dict[str, list[str]] = {}
+    scope = scope_of(extra_modules)
     targets = _selected(families, problems)
     try:
         forced = forced_arch()
@@ -324,8 +488,10 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None) -> dict[
     # tensor-level functions first, so a wrapper reuses their installed KDA object
     for t in sorted(targets, key=lambda x: x.kind == "wrapper"):
         if t.function in _STATE:
-            # idempotent: already installed. (No re-scan: after install only deliberate code, e.g.
-            # kda_kernels.baseline(), can hold the baseline, and it must keep it.)
+            # idempotent: already installed. (No re-scan of SGLang: after install only deliberate code, e.g.
+            # kda_kernels.baseline(), can hold the baseline, and it must keep it.) Modules the caller names now
+            # are rebound.
+            _extend(_STATE[t.function], scope)
             continue
         try:
             if not stamps(t)["promoted"]:
@@ -336,15 +502,13 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None) -> dict[
             continue
         fn_problems: list[str] = []
         try:
-            rec = _install_one(t, forced, fn_problems)
+            rec = _install_one(t, forced, fn_problems, scope)
         except Exception as e:  # noqa: BLE001
             fn_problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's baseline kept")
             rec = None
         if rec is not None:
             _STATE[t.function] = rec
             done.append(t.function)
-            if rec.registry != t.registry_op:
-                fn_problems.append(f"KernelSpec {rec.registry}")
         if fn_problems:
             problems[t.function] = fn_problems
     for fn in [t.function for t in targets]:
@@ -359,7 +523,7 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None) -> dict[
         if strict:
             _uninstall(done)
             raise KdaInstallError(f"kda_kernels.install(strict=True): {msg}")
-        warnings.warn(f"kda_kernels: {msg}", KdaKernelsWarning, stacklevel=3)
+        report(f"kda_kernels: {msg}", stacklevel=3)
     return status()
 
 
@@ -408,7 +572,7 @@ def status() -> dict[str, Any]:
             "call_sites": rec.call_sites() if rec else [],
             "rebound": rec.rebound() if rec else [],
             "kernel_registry": rec.registry if rec else None,
-            "problems": list(_PROBLEMS.get(t.function, ())),
+            "problems": [*_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ()))],
         }
         builds = _build_state(t, out[t.function]["arches"])
         out[t.function]["builds"] = builds

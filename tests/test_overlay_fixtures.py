@@ -159,7 +159,12 @@ def triton_one_pass_rms_norm(x, w, eps=1e-6):
     "triton_group_norm_silu": '''
 def triton_group_norm_silu(x, weight, bias, num_groups, eps=1e-5):
     CALLS["triton_group_norm_silu"] += 1
-    return F.silu(F.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps)).to(x.dtype).contiguous()
+    y = F.silu(F.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps)).to(x.dtype)
+    return y.contiguous() if x.is_cuda else y  # SGLang's layouts: Triton path contiguous, CPU eager keeps x's
+
+
+# a CPU reference: it takes CPU tensors (KDA_FORCE_ARCH routes them here only because it says so)
+triton_group_norm_silu.supports = lambda x, *args, **kwargs: True
 
 
 def apply_group_norm_silu(x, norm, activation):  # exported for the ledgers; the overlay unpacks into the op

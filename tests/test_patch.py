@@ -151,24 +151,54 @@ def test_import_sglang_with_the_patched_file_installs_the_overlay(tmp_path, chec
     assert r["leak"] == [], "the patch must not leave names in the sglang namespace"
 
 
+PATCHED_IMPORT_LOGGED = """
+import logging
+records = []
+class H(logging.Handler):
+    def emit(self, record):
+        records.append(record.getMessage())
+logging.getLogger("kda_kernels").addHandler(H())
+warnings.simplefilter(os.environ.get("WARN_FILTER", "always"))
+with warnings.catch_warnings(record=os.environ.get("WARN_FILTER") != "error") as w:
+    import sglang
+assert sglang.__file__.startswith(os.environ["PATCHED_SITE"]), sglang.__file__
+status = None
+if sys.modules.get("kda_kernels") is not None and hasattr(sys.modules["kda_kernels"], "status"):
+    status = {k: v["problems"] for k, v in sys.modules["kda_kernels"].status().items() if v["problems"]}
+emit({"records": records, "warnings": [str(x.message) for x in (w or []) if "kda" in str(x.message)],
+      "ok": hasattr(sglang, "gen"), "kda_loaded": sys.modules.get("kda_kernels") is not None, "status": status})
+"""
+
+
 @fx.needs_sglang
 def test_patched_import_without_or_with_a_broken_overlay(tmp_path, checkout):
     site = _patched_site(tmp_path, checkout)
     env = {"PYTHONPATH": _path(site), "PATCHED_SITE": str(site)}
-    code = """
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        import sglang
-    assert sglang.__file__.startswith(os.environ["PATCHED_SITE"]), sglang.__file__
-    emit({"warnings": [str(x.message) for x in w if "kda" in str(x.message)], "ok": hasattr(sglang, "gen"),
-          "kda_loaded": sys.modules.get("kda_kernels") is not None})
-    """
-    # not installed: `import kda_kernels` raises ImportError -> silent
-    r = fx.run_py(None, ['sys.modules["kda_kernels"] = None', code], env=env, cwd=tmp_path)
-    assert r["ok"] and r["warnings"] == [] and not r["kda_loaded"]
-    # installed but broken: a warning, and sglang still imports
-    broken = tmp_path / "broken"
-    (broken / "kda_kernels").mkdir(parents=True)
-    (broken / "kda_kernels" / "__init__.py").write_text("raise RuntimeError('broken overlay')\n")
-    r = fx.run_py(None, code, env={**env, "PYTHONPATH": _path(site, broken)}, cwd=tmp_path)
-    assert r["ok"] and any("broken overlay" in w for w in r["warnings"]), r
+    # not installed: `import kda_kernels` raises ModuleNotFoundError for kda_kernels itself -> silent
+    r = fx.run_py(None, ['sys.modules["kda_kernels"] = None', PATCHED_IMPORT_LOGGED], env=env, cwd=tmp_path)
+    assert r["ok"] and r["records"] == [] and r["warnings"] == [] and not r["kda_loaded"]
+    # installed but broken, in three ways: each is reported (logged), and sglang still imports
+    for tag, body in {"runtime": "raise RuntimeError('broken overlay')\n",
+                      "import_error": "from kda_kernels import _no_such_name  # broken overlay\n",
+                      "missing_dependency": "import kda_no_such_dependency_xyz  # broken overlay\n"}.items():
+        broken = tmp_path / f"broken_{tag}"
+        (broken / "kda_kernels").mkdir(parents=True)
+        (broken / "kda_kernels" / "__init__.py").write_text(body)
+        r = fx.run_py(None, PATCHED_IMPORT_LOGGED, env={**env, "PYTHONPATH": _path(site, broken)}, cwd=tmp_path)
+        assert r["ok"], (tag, r)
+        assert any("kda_kernels failed to import" in m for m in r["records"]), (tag, r["records"])
+
+
+@fx.needs_sglang
+def test_patched_import_never_raises_under_error_filters(tmp_path, checkout):
+    """python -W error (pytest filterwarnings=error): an install() with problems still lets `import sglang`
+    succeed; the problem is logged and in status()."""
+    site = _patched_site(tmp_path, checkout)
+    root = fx.make_tree(tmp_path / "tree", {"fuse_scale_shift": {"fuse_scale_shift_kernel": 1.2}})
+    fx.add_promotion(root, "rotary_embedding", "h200", {"apply_rotary_embedding": 1.3},
+                     register='raise ImportError("fixture: this impl needs a missing extension")\n')
+    r = fx.run_py(root, PATCHED_IMPORT_LOGGED, env={"PYTHONPATH": _path(site, root), "PATCHED_SITE": str(site),
+                                                     "KDA_FORCE_ARCH": "h200", "WARN_FILTER": "error"})
+    assert r["ok"] and r["kda_loaded"]
+    assert any("apply_rotary_embedding" in m and "failed to import" in m for m in r["records"]), r["records"]
+    assert any("failed to import" in p for p in r["status"]["apply_rotary_embedding"]), r["status"]

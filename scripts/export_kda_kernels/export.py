@@ -715,20 +715,25 @@ PATCH_BLOCK = '''
 # >>> kda_kernels overlay (KDA Lab patches/sglang_kda_kernels.patch) >>>
 # Swaps promoted KDA kernels into SGLang's diffusion call sites. Inspect: kda_kernels.status();
 # undo at runtime: kda_kernels.uninstall(); skip: KDA_KERNELS_DISABLE=1; remove: git apply -R.
+# Never raises (not even under `python -W error`): problems go to the "kda_kernels" logger and status().
 def _kda_kernels_install() -> None:
-    import warnings
+    import logging
 
+    log = logging.getLogger("kda_kernels")
     try:
         import kda_kernels
-    except ImportError:  # the overlay is not installed: SGLang as released
+    except ModuleNotFoundError as e:
+        if e.name == "kda_kernels":  # the overlay is not installed: SGLang as released
+            return
+        log.warning("kda_kernels failed to import; SGLang kernels unchanged: %r", e)
         return
     except Exception as e:  # a broken overlay must never break `import sglang`
-        warnings.warn(f"kda_kernels failed to import; SGLang kernels unchanged: {e!r}", RuntimeWarning, stacklevel=2)
+        log.warning("kda_kernels failed to import; SGLang kernels unchanged: %r", e)
         return
     try:
         kda_kernels.install()
-    except Exception as e:  # install() warns rather than raises; this is the last line of defence
-        warnings.warn(f"kda_kernels.install() failed; SGLang kernels unchanged: {e!r}", RuntimeWarning, stacklevel=2)
+    except Exception as e:  # install() never raises; this is the last line of defence
+        log.warning("kda_kernels.install() failed; SGLang kernels unchanged: %r", e)
 
 
 _kda_kernels_install()

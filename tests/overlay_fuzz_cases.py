@@ -1,0 +1,254 @@
+"""Layout fuzz cases for the overlay's swap targets, and the comparison against the lab's fp64 oracles.
+
+Shared by tests/test_overlay_fuzz_gpu.py (the H200) and tests/test_overlay_fuzz.py (CPU, SGLang's Triton kernels
+in the interpreter). Not a test module: the tests load it by path inside their subprocesses.
+
+For every swap target (kda_kernels.registry.TARGETS): ``cases(fn, device)`` yields ``(name, args)`` over the
+layouts SGLang accepts. The GroupNorm family (promoted) has hand-written cases: strided and broadcast views,
+storage offsets, channels_last, transposed x, mixed affine dtypes, empty tensors, one-element groups, the KDA
+impl's own sizes and SGLang's chunked path. Every other target derives its cases from its family's TEST_ROWS
+(kda_lab/families/<family>.py) with each tensor turned into a strided view and a storage-offset view. A
+promoted target without cases is a failure (``missing_cases``).
+
+``compare(fn, args, overlay, sglang)`` runs both on private copies and measures each against the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TOL = {"bfloat16": (1.6e-2, 8e-3), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
+Case = tuple[str, dict[str, Any]]
+
+
+def family_of(fn: str) -> str:
+    from kda_kernels.registry import target
+
+    return target(fn).family
+
+
+def tolerances(family: str) -> dict[str, tuple[float, float]]:
+    """The family's task tolerances (the first task folder of that family), else the GroupNorm task's."""
+    for toml in sorted((REPO / "kernels").glob(f"*_diffusion_{family}__*/task.toml")):
+        tol = tomllib.loads(toml.read_text()).get("tolerances", {})
+        if tol:
+            out = {k: (float(v["atol"]), float(v["rtol"])) for k, v in tol.items()}
+            out["source"] = str(toml.relative_to(REPO))  # type: ignore[assignment]
+            return out
+    return {**DEFAULT_TOL, "source": "default (no task folder for this family): review before calling it a bug"}
+
+
+# ------------------------------------------------------------------------------------------ GroupNorm
+
+def _gns(device: str, dtypes: tuple[torch.dtype, ...], big: bool) -> Iterator[Case]:
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def t(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+
+    C, G = 32, 8
+    for dt in dtypes:
+        n = str(dt).removeprefix("torch.")
+        w, b = (t(C, dtype=torch.float32).abs() + 0.5).to(dt), t(C, dtype=dt)
+
+        def case(name: str, x: torch.Tensor, weight: torch.Tensor = w, bias: torch.Tensor = b, groups: int = G,
+                 eps: float = 1e-5, _n: str = n) -> Case:
+            return f"{_n}/{name}", {"x": x, "weight": weight, "bias": bias, "num_groups": groups, "eps": eps}
+
+        yield case("contiguous_4d", t(2, C, 5, 7, dtype=dt))
+        yield case("2d", t(3, C, dtype=dt))
+        yield case("3d_tail", t(2, C, 37, dtype=dt), eps=1e-6)
+        yield case("5d", t(1, C, 3, 4, 5, dtype=dt))
+        yield case("one_element_groups", t(4, C, dtype=dt), groups=C)
+        yield case("one_group", t(2, C, 3, 3, dtype=dt), groups=1)
+        yield case("channels_last", t(2, C, 5, 7, dtype=dt).to(memory_format=torch.channels_last))
+        yield case("channels_last_3d", t(1, C, 3, 4, 5, dtype=dt).to(memory_format=torch.channels_last_3d))
+        yield case("x_strided_view", t(2, C, 5, 14, dtype=dt)[..., ::2])
+        yield case("x_transposed", t(2, 7, 5, C, dtype=dt).permute(0, 3, 2, 1))
+        yield case("x_storage_offset", t(2 * C * 35 + 3, dtype=dt)[3:].view(2, C, 5, 7))
+        yield case("x_broadcast_batch", t(1, C, 5, 7, dtype=dt).expand(3, C, 5, 7))
+        x = t(2, C, 5, 7, dtype=dt)
+        yield case("affine_strided", x, t(2 * C, dtype=dt)[::2], t(2 * C, dtype=dt)[::2])
+        yield case("affine_broadcast", x, t(1, dtype=dt).expand(C), t(1, dtype=dt).expand(C))
+        yield case("affine_storage_offset", x, t(C + 5, dtype=dt)[5:], t(C + 3, dtype=dt)[3:])
+        yield case("affine_weight_only_strided", x, t(3 * C, dtype=dt)[::3], b)
+        if dt != torch.float32:
+            yield case("affine_fp32", x, w.float(), b.float())
+        yield case("empty_batch", t(0, C, 4, 4, dtype=dt))
+        yield case("empty_spatial", t(2, C, 0, dtype=dt))
+        if big:  # GPU: the KDA impl's sizes (groups > 16 KB) and SGLang's chunked path (groups >= 2^18)
+            xk = t(1, 64, 64, 64, dtype=dt)
+            yield case("kda_size", xk, groups=8)
+            yield case("kda_size_affine_strided", xk, t(128, dtype=dt)[::2], t(128, dtype=dt)[::2], groups=8)
+            yield case("kda_size_channels_last", xk.to(memory_format=torch.channels_last), groups=8)
+            xc = t(1, 4, 256, 1024, dtype=dt)
+            yield case("chunked", xc, t(4, dtype=dt), t(4, dtype=dt), groups=1)
+            yield case("chunked_affine_strided", xc, t(8, dtype=dt)[::2], t(8, dtype=dt)[::2], groups=1)
+
+
+def _apply(cases: Iterator[Case]) -> Iterator[Case]:
+    """apply_group_norm_silu over the same tensors: an affine nn.GroupNorm holding exactly those views."""
+    from kda_lab.families.group_norm_silu import prepare_apply
+
+    for name, a in cases:
+        if a["x"].numel() == 0 and a["x"].shape[0] == 0:
+            continue  # nn.GroupNorm rejects an empty batch before SGLang is reached; nothing to compare
+        yield name, prepare_apply(dict(a))
+
+
+# -------------------------------------------------------------------------------------- everything else
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a view with stride 2 on the last dim (storage twice as long)."""
+    if t.dim() == 0 or t.numel() == 0:
+        return t
+    wide = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    view = wide[..., ::2]
+    view.copy_(t)
+    return view
+
+
+def _offset(t: torch.Tensor) -> torch.Tensor:
+    """The same values in a contiguous view 7 elements into its storage."""
+    flat = torch.empty(t.numel() + 7, dtype=t.dtype, device=t.device)
+    view = flat[7:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def _from_test_rows(fn: str, device: str) -> Iterator[Case]:
+    from kda_lab.families import family_module
+    from kda_lab.inputs import make_inputs
+    from kda_lab.workloads import parse_workload
+
+    rows = getattr(family_module(family_of(fn)), "TEST_ROWS", None)
+    if not rows:
+        return
+    for raw in tomllib.loads(rows)["workloads"]:
+        if raw["fn"] != fn or "tiny" not in raw.get("tags", ()):
+            continue
+        w = parse_workload(raw)
+        base = make_inputs(w, device, seed=1)
+        yield f"{w.name}/as_row", base
+        for tag, view in (("strided", _strided), ("offset", _offset)):
+            yield f"{w.name}/{tag}", {k: view(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                                      for k, v in base.items()}
+
+
+def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool) -> Iterator[Case] | None:
+    """Layout cases for ``fn``; None when there is no generator for it."""
+    if fn == "triton_group_norm_silu":
+        return _gns(device, dtypes, big)
+    if fn == "apply_group_norm_silu":
+        return _apply(_gns(device, dtypes, big))
+    from kda_lab.families import family_module
+
+    try:
+        rows = getattr(family_module(family_of(fn)), "TEST_ROWS", "")
+    except Exception:  # noqa: BLE001 - a family without an oracle module yet
+        return None
+    if f'fn = "{fn}"' not in rows:
+        return None
+    return _from_test_rows(fn, device)
+
+
+# -------------------------------------------------------------------------------------------- comparing
+
+def _private(args: dict[str, Any]) -> dict[str, Any]:
+    from kda_lab.inputs import clone_args
+
+    return clone_args(args) if "norm" not in args else dict(args)
+
+
+def _error(out: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...], dtype: str,
+           tol: dict[str, tuple[float, float]]) -> tuple[float, bool]:
+    atol, rtol = tol.get(dtype, DEFAULT_TOL["float32"])
+    worst, ok = 0.0, True
+    for o, r in zip(out, ref, strict=True):
+        if o.shape != r.shape:
+            return math.inf, False
+        if o.numel() == 0:
+            continue
+        d = (o.double() - r.double()).abs()
+        worst = max(worst, float(d.nan_to_num(math.inf).max()))
+        ok = ok and bool((d <= atol + rtol * r.double().abs()).all())
+    return worst, ok
+
+
+def run_side(fn: str, f: Callable[..., Any], args: dict[str, Any]) -> dict[str, Any]:
+    """Call ``f`` on private copies of ``args``; outputs as the family contract defines them, or the error."""
+    from kda_lab.families import contract
+
+    c = contract(family_of(fn), fn)
+    a = _private(args)
+    try:
+        with torch.no_grad():
+            res = f(**a)
+        outs = c.outputs(res, a) if res is not None or c.mutates else None
+    except Exception as e:  # noqa: BLE001 - SGLang refusing an input is data, not a test error
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+    return {"out": outs}
+
+
+def compare(fn: str, name: str, args: dict[str, Any], overlay: Callable[..., Any], sglang: Callable[..., Any],
+            tol: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """One case: SGLang and the overlay against the fp64 oracle (and against each other's layout)."""
+    from kda_lab.families import contract
+
+    c = contract(family_of(fn), fn)
+    x = next(v for v in args.values() if isinstance(v, torch.Tensor))
+    dtype = str(x.dtype).removeprefix("torch.")
+    row: dict[str, Any] = {"fn": fn, "case": name, "dtype": dtype, "tol": tol.get(dtype), "tol_source": tol.get("source")}
+    try:
+        with torch.no_grad():
+            ref = c.oracle(_private(args))
+    except Exception as e:  # noqa: BLE001 - e.g. the oracle's group view of an empty tensor
+        ref = None
+        row["oracle_error"] = f"{type(e).__name__}: {e}"[:200]
+    for side, f in (("sglang", sglang), ("overlay", overlay)):
+        r = run_side(fn, f, args)
+        if "error" in r:
+            row[side] = {"error": r["error"]}
+        elif r["out"] is None:
+            row[side] = {"none": True}  # the optional kind: SGLang declined (the caller's eager path runs)
+        else:
+            strides = [list(o.stride()) for o in r["out"]]
+            shapes = [list(o.shape) for o in r["out"]]
+            if ref is None:  # no oracle: the overlay must match SGLang's shapes and layout, and be finite
+                ok = all(bool(torch.isfinite(o).all()) for o in r["out"])
+                row[side] = {"max_abs_err": None, "ok": ok, "strides": strides, "shapes": shapes}
+            else:
+                err, ok = _error(r["out"], ref, dtype, tol)
+                row[side] = {"max_abs_err": err, "ok": ok, "strides": strides, "shapes": shapes}
+    return row
+
+
+def verdict(row: dict[str, Any]) -> str | None:
+    """Why the overlay is wrong on this row (None: right). The overlay must be right wherever SGLang accepts
+    the input, and match SGLang's layout and its refusals/None answers."""
+    s, o = row["sglang"], row["overlay"]
+    if "error" in s:
+        return None if "error" in o or o.get("ok") else f"SGLang refused but the overlay is wrong: {o}"
+    if s.get("none"):
+        return None if o.get("none") or o.get("ok") else f"SGLang returned None, the overlay {o}"
+    if "error" in o:
+        return f"overlay raised where SGLang did not: {o['error']}"
+    if o.get("none"):
+        return "overlay returned None where SGLang returned a tensor"
+    if not o["ok"]:
+        return f"overlay max abs error {o['max_abs_err']} over tolerance"
+    if o["shapes"] != s["shapes"] or o["strides"] != s["strides"]:
+        return f"overlay strides {o['strides']} != SGLang's {s['strides']}"
+    return None
+
+
+def sglang_wrong(row: dict[str, Any]) -> bool:
+    s = row["sglang"]
+    return "ok" in s and not s["ok"]
