@@ -159,3 +159,17 @@ def test_build_lists_the_promoted_impl_extensions(family):
     exts = impl_extensions(families=[family])
     assert list(exts) == [(family, "h200")]
     assert exts[(family, "h200")].name.startswith("kda_h200_gns_")
+
+
+def test_the_exporter_builds_ahead_or_says_where_to_build():
+    """After a promotion the exporter builds the impl's extension where torch has CUDA; on this CPU host it must
+    say, in one line, that `python -m kda_kernels build` is needed on the serving machine."""
+    exporter = fx.load_exporter()
+    meta = exporter.load_task_meta(REPO / "kernels" / "h200_diffusion_group_norm_silu__multi_shape")
+    lines: list[str] = []
+    exporter._build_ahead(REPO, meta, out=lines.append)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA host builds instead (tests/test_prebuilt_gpu.py)")
+    assert len(lines) == 1 and "torch has no CUDA" in lines[0] and "python -m kda_kernels build" in lines[0], lines

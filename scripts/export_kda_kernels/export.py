@@ -527,7 +527,30 @@ def export(root: Path, slug: str, note: str = "", out=print) -> int:
               + (f"; kept on SGLang: {', '.join(ev.not_promoted)}" if ev.not_promoted else "")
               + (f"; {note}" if note else "")))
     out(f"  appended a promote row to {task.slug}/solutions.jsonl")
+    _build_ahead(root, task, out)
     return 0
+
+
+def _build_ahead(root: Path, task: TaskMeta, out=print) -> None:
+    """Build the promoted impl's CUDA extension now (install() never compiles), where torch has CUDA; elsewhere
+    say where it must be built. Runs in a fresh interpreter so the freshly written package is the one imported."""
+    probe = ("import importlib, torch; m = importlib.import_module("
+             f"'kda_kernels.diffusion.{task.family}._impls.{task.arch}.register'); "
+             "print(('none' if m.__dict__.get('EXTENSION') is None else 'cuda' if torch.cuda.is_available() "
+             "else 'nocuda'))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=root)
+    what = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else "error"
+    if what == "none":
+        return
+    if what != "cuda":
+        out(f"  CUDA extension not built here ({'torch has no CUDA' if what == 'nocuda' else p.stderr.strip()[-300:]}):"
+            " run `python -m kda_kernels build` on each serving machine (install() never compiles)")
+        return
+    b = subprocess.run([sys.executable, "-m", "kda_kernels", "build", "--family", task.family, "--arch", task.arch],
+                       capture_output=True, text=True, env=env, cwd=root)
+    for line in (b.stdout + b.stderr).strip().splitlines():
+        out(f"  {line}")
 
 
 def _command() -> str:

@@ -1,9 +1,11 @@
 """H200 GroupNorm+SiLU candidate: EXPORTS for the lab harness.
 
 Importing this module needs no GPU and builds nothing.  The CUDA extension
-(gns_kernels.cu + gns_binding.cpp) is built with torch.utils.cpp_extension.load on the first
-call that reaches the kernel (sm_90a, -O3, no fast-math) and cached by torch in its
-extensions directory under a name that carries the sources' hash.
+(gns_kernels.cu + gns_binding.cpp; sm_90a, -O3, no fast-math) lives in kda_kernels' build cache under a
+name that carries the sources' hash (kda_kernels.prebuilt). Imported from the task folder (the lab), the
+first call that reaches the kernel builds it if needed. Imported as the exported overlay copy
+(kda_kernels.diffusion...), it never compiles inside a serving process: a missing build sends the call to
+SGLang until `python -m kda_kernels build` has run, and kda_kernels.status() says so.
 
 Contract (everything else goes to SGLang 0.5.23's ``triton_group_norm_silu``, captured at
 import so a later runtime swap of the facade cannot make the fallback call us back):
@@ -16,17 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 
 import torch
+
+from kda_kernels.prebuilt import Extension
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = ("gns_kernels.cu", "gns_binding.cpp")
 _HEADERS = ("gns_kernels.cuh",)
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
-_ext = None
-_ext_lock = threading.Lock()
 _arch_ok: dict[int, bool] = {}
 
 
@@ -61,27 +62,26 @@ def _source_hash() -> str:
     return h.hexdigest()[:12]
 
 
-def load_extension(verbose: bool = False):
-    """Build (first time) and return the CUDA extension module."""
-    global _ext
-    if _ext is None:
-        with _ext_lock:
-            if _ext is None:
-                from torch.utils.cpp_extension import load
+# The exported copy is imported as kda_kernels.diffusion.group_norm_silu._impls.h200.register: serving code,
+# where a first call must never start nvcc.
+_BUILD_ON_FIRST_USE = not __name__.startswith("kda_kernels.")
 
-                _ext = load(
-                    name=f"kda_h200_gns_{_source_hash()}",
-                    sources=[os.path.join(_HERE, s) for s in _SOURCES],
-                    extra_cflags=["-O3", "-std=c++17"],
-                    extra_cuda_cflags=[
-                        "-O3",
-                        "-std=c++17",
-                        "-gencode=arch=compute_90a,code=sm_90a",
-                    ],
-                    extra_include_paths=[_HERE],
-                    verbose=verbose,
-                )
-    return _ext
+EXTENSION = Extension(
+    name=f"kda_h200_gns_{_source_hash()}",
+    arch="h200",
+    sources=tuple(os.path.join(_HERE, s) for s in _SOURCES),
+    include_paths=(_HERE,),
+    cflags=("-O3", "-std=c++17"),
+    cuda_cflags=("-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"),
+)
+
+
+def load_extension(verbose: bool = False):
+    """The CUDA extension module, or None where it is not built and this copy may not build it."""
+    ext = EXTENSION.module
+    if ext is None:
+        ext = EXTENSION.load(build=_BUILD_ON_FIRST_USE, verbose=verbose)
+    return ext
 
 
 def _device_ok(dev: torch.device) -> bool:
@@ -133,7 +133,10 @@ def _in_contract(x, weight, bias, num_groups) -> bool:
 
 def group_norm_silu_cuda(x, weight, bias, num_groups, eps=1e-5, force_path=0, force_cs=0, smem_cap=0):
     """The candidate kernel itself (no contract check; dev benches use the force_* knobs)."""
-    return load_extension().group_norm_silu(
+    ext = load_extension()
+    if ext is None:
+        EXTENSION.require()  # raises ExtensionNotBuilt with the command that builds it
+    return ext.group_norm_silu(
         x, weight, bias, int(num_groups), float(eps), int(force_path), int(force_cs), int(smem_cap)
     )
 
@@ -147,7 +150,9 @@ def triton_group_norm_silu(
 ) -> torch.Tensor:
     """Drop-in for sglang...group_norm_silu_triton.triton_group_norm_silu."""
     if _in_contract(x, weight, bias, num_groups) and _wins(x, num_groups):
-        return load_extension().group_norm_silu(x, weight, bias, num_groups, float(eps), 0, 0, 0)
+        ext = load_extension()
+        if ext is not None:
+            return ext.group_norm_silu(x, weight, bias, num_groups, float(eps), 0, 0, 0)
     return _baseline()(x, weight, bias, num_groups, eps)
 
 
