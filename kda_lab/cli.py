@@ -11,7 +11,7 @@ from kda_lab import ledger
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile")
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
 def _latest_status(task: Task) -> str:

@@ -175,7 +175,12 @@ def build_zimage(device: str, tiny: bool, blocks: int | None) -> Built:
     gen = torch.Generator().manual_seed(8)
     x, c = _rand(gen, latent, dtype, device), _rand(gen, cap, dtype, device)
     t = torch.tensor([0.5], device=device, dtype=dtype)
-    return Built(model, _forward_context(lambda: _first(model([x], [c], t))), arch,
+    # SGLang's Z-Image pipeline hands the transformer its RoPE caches (pipeline_configs/zimage.py:get_freqs_cis);
+    # the transformer's own batched builder gives the same caches for one image and one caption.
+    img_tokens = latent[1] * (latent[2] // 2) * (latent[3] // 2)
+    freqs = model._get_cached_batched_freqs_cis([x], [c], 2, 1, image_target_len=img_tokens,
+                                                cap_target_len=cap[0], device=torch.device(device))
+    return Built(model, _forward_context(lambda: _first(model([x], [c], t, freqs_cis=freqs))), arch,
                  f"latent {list(latent)}, caption {list(cap)}")
 
 
@@ -235,10 +240,10 @@ def build_hunyuan_vae(device: str, tiny: bool, blocks: int | None) -> Built:
     cfg = HunyuanVAEConfig()
     cfg.load_encoder = False
     if tiny:
-        cfg.arch_config.block_out_channels = (32, 32, 64, 64)
+        cfg.arch_config.block_out_channels = (16, 16, 32, 32)
         cfg.arch_config.layers_per_block = 1
         cfg.arch_config.norm_num_groups = 8
-        latent = (1, 16, 2, 4, 4)
+        latent = (1, 16, 2, 2, 2)
     else:
         latent = (1, 16, 5, 32, 32)
     dtype = torch.float16
@@ -308,7 +313,7 @@ ROWS: tuple[Row, ...] = (
     Row("qwen_image_dit", "Qwen-Image", "dit", "dits.qwen_image:QwenImageTransformer2DModel", torch.bfloat16,
         "h200_diffusion_qknorm_rope__multi_shape:qwen_T4096_H24_D128", build_qwen, cpu_forward=False),
     Row("zimage_dit", "Z-Image", "dit", "dits.zimage:ZImageTransformer2DModel", torch.bfloat16,
-        "h200_diffusion_qknorm_rope__multi_shape:zimage_T4128_H30_D128", build_zimage, cpu_forward=False),
+        "h200_diffusion_qknorm_rope__multi_shape:zimage_T4128_H30_D128", build_zimage),
     Row("flux_dit", "FLUX.1", "dit", "dits.flux:FluxTransformer2DModel", torch.bfloat16,
         f"{GN}:flux_vae_apply_1x128x1024x1024", build_flux),
     Row("ltx2_dit", "LTX-2", "dit", "dits.ltx_2:LTX2VideoTransformer3DModel", torch.bfloat16,

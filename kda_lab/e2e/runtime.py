@@ -22,34 +22,45 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchvision_without_compiled_ops() -> bool:
-    """Make ``import torchvision`` work when its compiled ops cannot load; True when that was needed.
+CPU_TORCHVISION = ".venv/e2e-torchvision"  # scripts/setup_env.sh installs requirements/e2e-cpu.txt here
 
-    ``import sglang`` (through transformers' image utils) and SGLang's VLM configs import torchvision. PyPI's
-    torchvision wheels link CUDA torch; with the CPU torch of the lab's CPU environment their ``_C`` does not
-    load, and torchvision 0.28's ``_meta_registrations`` then fails on ``register_fake("torchvision::nms")``
-    because the op was never defined. Defining the two op schemas it registers fakes for lets the pure-Python
-    parts (transforms, the only thing SGLang uses from it) import; calling those ops would still fail loudly.
-    On a GPU machine with a matching torchvision this does nothing.
+
+def cpu_torchvision() -> str:
+    """Make ``import torchvision`` work on a CPU torch; returns what was done ("" on a CUDA torch).
+
+    SGLang's model modules import torchvision (``sglang.srt.multimodal.internvl_utils`` through its configs).
+    PyPI's torchvision wheels link CUDA torch, so on the lab's CPU torch their compiled ops do not load and
+    torchvision 0.28's ``_meta_registrations`` then fails on ``register_fake("torchvision::nms")``. So the CPU
+    environment keeps torchvision out of site-packages (a plain ``import sglang`` elsewhere in the lab would
+    pick it up and fail), in ``.venv/e2e-torchvision``; this puts that folder on ``sys.path`` and defines the
+    two op schemas torchvision registers fakes for, so its pure-Python parts (transforms, all SGLang uses)
+    import. Calling those ops would still fail loudly. Must run before anything imports sglang.
     """
     import importlib.util
+    import sys
 
     import torch
 
-    if importlib.util.find_spec("torchvision") is None:
-        return False
+    from kda_lab.paths import PACKAGE_ROOT
+
     if torch.version.cuda is not None:
-        return False
+        return ""
+    if importlib.util.find_spec("torchvision") is None:
+        extra = PACKAGE_ROOT / CPU_TORCHVISION
+        if not (extra / "torchvision").is_dir():
+            raise RuntimeError(f"SGLang's models import torchvision: run scripts/setup_env.sh (installs it into "
+                               f"{CPU_TORCHVISION})")
+        sys.path.append(str(extra))
     try:
         torch.ops.torchvision.nms  # noqa: B018 - defined when torchvision's compiled ops loaded
-        return False
+        return "torchvision ops loaded"
     except (AttributeError, RuntimeError):
         pass
-    lib = torch.library.Library("torchvision", "FRAGMENT")  # noqa: TID251 - kept alive below
+    lib = torch.library.Library("torchvision", "FRAGMENT")
     for op in ("nms", "qnms"):
         lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _READY["torchvision_lib"] = lib
-    return True
+    _READY["torchvision_lib"] = lib  # the schemas live as long as the library object
+    return "torchvision without compiled ops (CPU torch)"
 
 
 def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, Any]:
@@ -58,7 +69,8 @@ def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, 
         if _READY["device"] != device:
             raise RuntimeError(f"SGLang runtime already initialised for {_READY['device']}, not {device}")
         return dict(_READY)
-    torchvision_without_compiled_ops()
+    if device == "cpu" or not _cuda_torch():
+        cpu_torchvision()
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1")
@@ -77,6 +89,12 @@ def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, 
     maybe_init_distributed_environment_and_model_parallel(tp_size=1, sp_size=1)
     _READY.update(device=device, attention_backend=backend or "sglang default")
     return dict(_READY)
+
+
+def _cuda_torch() -> bool:
+    import torch
+
+    return torch.version.cuda is not None
 
 
 def native_custom_ops(module: Any) -> int:
