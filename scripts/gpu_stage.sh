@@ -94,6 +94,8 @@ b=$work/b
 mkdir -p "$a/deps" "$a/cute" "$b"
 cp "$sglang_tar" "$a/sglang.tar.xz"
 "${download[@]}" -d "$a/deps" -r "$here/gpu_stage/box-deps.txt" -c "$root/requirements/gpu.txt"
+# Packages whose metadata requires torch (the box has its own): without their dependencies, listed in box-deps.txt.
+"${download[@]}" --no-deps -d "$a/deps" -r "$here/gpu_stage/box-deps-nodeps.txt" -c "$root/requirements/gpu.txt"
 for name in "${image_has[@]}"; do
   rm -f "$a/deps/$name"-*.whl
 done

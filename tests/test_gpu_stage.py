@@ -25,6 +25,7 @@ from tests.conftest import REPO
 
 STAGE = REPO / "scripts" / "gpu_stage.sh"
 BOX_DEPS = REPO / "scripts" / "gpu_stage" / "box-deps.txt"
+BOX_NODEPS = REPO / "scripts" / "gpu_stage" / "box-deps-nodeps.txt"  # staged --no-deps: they require torch
 GPU_TXT = REPO / "requirements" / "gpu.txt"
 CPU_TXT = REPO / "requirements" / "cpu.txt"
 CPU_IN = REPO / "requirements" / "cpu.in"
@@ -98,7 +99,7 @@ def test_gpu_txt_is_usable_as_pip_constraints() -> None:
 
 
 def test_every_staged_box_dep_is_pinned_for_gpu_machines() -> None:
-    staged = {norm(ln) for ln in requirement_lines(BOX_DEPS)}
+    staged = {norm(ln) for ln in requirement_lines(BOX_DEPS) + requirement_lines(BOX_NODEPS)}
     assert staged and staged <= set(pins(GPU_TXT)), staged - set(pins(GPU_TXT))
 
 
@@ -137,7 +138,8 @@ def wheel_dir(tmp: Path, runtime: bytes) -> Path:
     pinned = pins(GPU_TXT)
     (sglang_version,) = [v for n, v in pins(SGLANG_TXT).items() if n == "sglang"]
     deps = [norm(ln) for ln in requirement_lines(BOX_DEPS)]
-    facade = "".join(f"import {module_of(n)}\n" for n in deps) + "def fuse_scale_shift_kernel():\n    pass\n"
+    nodeps = [norm(ln) for ln in requirement_lines(BOX_NODEPS)]
+    facade = "".join(f"import {module_of(n)}\n" for n in deps + nodeps) + "def fuse_scale_shift_kernel():\n    pass\n"
     build_wheel(d, "sglang", sglang_version, {
         "sglang/__init__.py": f"__version__ = {sglang_version!r}\n".encode(),
         "sglang/kernels/__init__.py": b"", "sglang/kernels/ops/__init__.py": b"",
@@ -149,6 +151,8 @@ def wheel_dir(tmp: Path, runtime: bytes) -> Path:
     for name in deps:
         requires = ("anyio",) if name == "starlette" else ()
         build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, requires)
+    for name in nodeps:  # no torch wheel here: staging them with their dependencies would fail
+        build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, ("torch>=2.7",))
     build_wheel(d, "anyio", "4.0.0", {"anyio/__init__.py": b""})
     cute = pinned["nvidia-cutlass-dsl"]
     pkg = "nvidia_cutlass_dsl/dsl_packages/cutlass"
@@ -181,7 +185,8 @@ def checkout(tmp: Path) -> Path:
     """A git checkout holding the staging scripts and the requirements they read, without a .gitignore."""
     repo = tmp / "repo"
     for rel in ("scripts/gpu_stage.sh", "scripts/gpu_stage/setup-a.sh", "scripts/gpu_stage/setup-b.sh",
-                "scripts/gpu_stage/box-deps.txt", "requirements/gpu.txt", "requirements/sglang.txt"):
+                "scripts/gpu_stage/box-deps.txt", "scripts/gpu_stage/box-deps-nodeps.txt", "requirements/gpu.txt",
+                "requirements/sglang.txt"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, repo / rel)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -211,7 +216,8 @@ def test_stage_round_trip_from_a_local_wheel_directory(tmp_path: Path) -> None:
     assert r.returncode == 0 and not r.stderr, r.stderr
     a, b = repo / ".gpu-stage-a", repo / ".gpu-stage-b"
     staged = sorted(p.name.split("-")[0] for p in (a / "deps").glob("*.whl"))
-    assert staged == sorted(norm(n).replace("-", "_") for n in requirement_lines(BOX_DEPS))  # anyio dropped
+    assert staged == sorted(norm(n).replace("-", "_")
+                            for n in requirement_lines(BOX_DEPS) + requirement_lines(BOX_NODEPS))  # anyio dropped
     assert sorted(p.name.split("-")[0] for p in (a / "cute").glob("*.whl")) == [
         "nvidia_cutlass_dsl", "nvidia_cutlass_dsl_libs_base", "nvidia_cutlass_dsl_libs_core"]
     listing = subprocess.run(["tar", "-tJf", str(a / "sglang.tar.xz")], capture_output=True, text=True).stdout
