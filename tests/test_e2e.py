@@ -97,7 +97,8 @@ def test_unknown_rows_and_models_are_refused_with_a_clear_error(tmp_path: Path) 
     assert r.returncode == 2 and "no e2e row matches models ['sd3']" in r.stderr
     r = run_e2e(root, "--list", "--model", "hunyuan")
     assert r.returncode == 0
-    assert [ln.split()[0] for ln in r.stdout.splitlines()] == ["hunyuanvideo_dit", "hunyuanvideo_vae_decode"]
+    assert [ln.split()[0] for ln in r.stdout.splitlines()] == ["hunyuanvideo_dit", "hunyuanvideo_vae_decode",
+                                                           "hunyuanvideo_vae_decode_tiled"]
 
 
 def test_agreement_check_rejects_outputs_outside_the_family_tolerance(tmp_path: Path,

@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import secrets
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -152,7 +153,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tiny = args.tiny or device == "cpu"
     blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
-    runtime.init_sglang(device)
+    runtime.init_sglang(device, args.attention_backend)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
     run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
@@ -170,6 +171,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
+        if not args.no_record:  # the GPU box has no git: the lead copies this back over e2e/benchmark.csv
+            shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-benchmark.csv")
     print(f"kda e2e: run {run_id} on {env.get('gpu_name')} ({'tiny' if tiny else 'production'} sizes, "
           f"DiT blocks {blocks or 'full'}, {args.trials} trials){'' if args.no_record else ', appended to e2e/benchmark.csv'}")
     print(table(results))
@@ -190,6 +193,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--blocks", type=int, help=f"DiT stack depth (default {DEFAULT_BLOCKS})")
     p.add_argument("--full", action="store_true", help="DiTs at their full depth (whole transformer)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--attention-backend", help="SGLang attention backend (default: torch_sdpa on CPU, SGLang's "
+                   "own choice on a GPU; e.g. torch_sdpa when the GPU's flash-attention package is missing)")
     p.add_argument("--seed", type=int, help="input/order seed (default random, recorded)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch profiler pass")
     p.add_argument("--no-record", action="store_true", help="do not append to e2e/benchmark.csv")

@@ -260,8 +260,35 @@ def build_hunyuan_vae(device: str, tiny: bool, blocks: int | None) -> Built:
                  f"latent {list(latent)}")
 
 
+def build_hunyuan_vae_tiled(device: str, tiny: bool, blocks: int | None) -> Built:
+    # SGLang's default (tiled) decode, vae.decode(z), of a 33x480x848 video: latent [1,16,9,60,106]; its tiles give
+    # the width-10/12 GroupNorm+SiLU rows (hunyuanvideo_apply_1x512x5x32x10 ... hunyuanvideo_apply_1x128x17x96x80).
+    from sglang.multimodal_gen.configs.models.vaes import HunyuanVAEConfig
+    from sglang.multimodal_gen.runtime.models.vaes.hunyuanvae import AutoencoderKLHunyuanVideo
+
+    cfg = HunyuanVAEConfig()
+    cfg.load_encoder = False
+    if tiny:
+        cfg.arch_config.block_out_channels = (16, 16, 32, 32)
+        cfg.arch_config.layers_per_block = 1
+        cfg.arch_config.norm_num_groups = 8
+        latent = (1, 16, 2, 2, 2)
+    else:
+        latent = (1, 16, 9, 60, 106)
+    dtype = torch.float16
+    with torch.device(device):
+        vae = AutoencoderKLHunyuanVideo(cfg)
+    vae = vae.to(dtype=dtype).eval()
+    init_weights(vae, 19)
+    gen = torch.Generator().manual_seed(20)
+    z = _rand(gen, latent, dtype, device)
+    return Built(vae, lambda: _first(vae.decode(z)),
+                 {"block_out_channels": list(cfg.arch_config.block_out_channels), "tiling": "SGLang default"},
+                 f"latent {list(latent)}")
+
+
 def build_flux_vae(device: str, tiny: bool, blocks: int | None) -> Built:
-    # FLUX.2 image VAE decode to 1024x1024 (z 32x64x64 after its 2x2 unshuffle), bf16.
+    # FLUX.2 image VAE decoder: z [1,32,128,128] -> 1024x1024 (the FLUX/Z-Image GroupNorm rows' image size), bf16.
     from sglang.multimodal_gen.configs.models.vaes.flux3_image import Flux3ImageVAEConfig
     from sglang.multimodal_gen.runtime.models.vaes.flux3_image_vae import Flux3ImageVAE
 
@@ -320,6 +347,8 @@ ROWS: tuple[Row, ...] = (
         "h200_diffusion_rotary_embedding__multi_shape:ltx2_split_B1_S6144_H32_D128", build_ltx2),
     Row("hunyuanvideo_vae_decode", "HunyuanVideo", "vae", "vaes.hunyuanvae:AutoencoderKLHunyuanVideo",
         torch.float16, f"{GN}:hunyuanvideo_apply_1x128x17x256x256", build_hunyuan_vae),
+    Row("hunyuanvideo_vae_decode_tiled", "HunyuanVideo", "vae", "vaes.hunyuanvae:AutoencoderKLHunyuanVideo",
+        torch.float16, f"{GN}:hunyuanvideo_apply_1x128x17x96x80", build_hunyuan_vae_tiled),
     Row("flux2_vae_decode", "FLUX.2", "vae", "vaes.flux3_image_vae:Flux3ImageVAE", torch.bfloat16,
         f"{GN}:flux_vae_apply_1x128x1024x1024", build_flux_vae),
     Row("ltx2_latent_upsampler", "LTX-2", "upsampler", "upsampler.latent_upsampler:LatentUpsampler",
