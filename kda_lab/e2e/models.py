@@ -101,7 +101,7 @@ def _first(out: Any) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------ DiTs
 
 def build_wan(device: str, tiny: bool, blocks: int | None) -> Built:
-    # Wan 2.2 T2V A14B at 720p/81 frames: 21x90x160 latent -> 37800 tokens of 5120 (40 heads x 128).
+    # Wan 2.2 T2V A14B, 81 frames: latent 21x60x120 / (1,2,2) patches = 37800 tokens of 5120 (40 heads x 128).
     if tiny:
         arch = dict(num_attention_heads=2, attention_head_dim=32, num_layers=blocks or 2, ffn_dim=128, text_dim=64,
                     freq_dim=32)
@@ -109,7 +109,7 @@ def build_wan(device: str, tiny: bool, blocks: int | None) -> Built:
     else:
         arch = dict(num_layers=blocks or 40, num_attention_heads=40, attention_head_dim=128, ffn_dim=13824,
                     text_dim=4096, freq_dim=256, in_channels=16, out_channels=16)
-        latent, text = (1, 16, 21, 90, 160), (1, 512, 4096)
+        latent, text = (1, 16, 21, 60, 120), (1, 512, 4096)
     dtype = torch.bfloat16
     model, _ = _dit("wanvideo:WanVideoConfig", "dits.wanvideo:WanTransformer3DModel", arch, device, dtype, 1)
     gen = torch.Generator().manual_seed(2)
@@ -120,7 +120,7 @@ def build_wan(device: str, tiny: bool, blocks: int | None) -> Built:
 
 
 def build_hunyuan(device: str, tiny: bool, blocks: int | None) -> Built:
-    # HunyuanVideo 720x1280, 129 frames: 33x45x80 latent / 2x2 patches -> 27030 video tokens (+ 55 text tokens).
+    # HunyuanVideo 65 frames at 480x848: latent 17x60x106 / (1,2,2) patches = 27030 video tokens (+ 55 text).
     if tiny:
         arch = dict(num_attention_heads=2, attention_head_dim=32, num_layers=blocks or 1, num_single_layers=blocks or 1,
                     num_refiner_layers=1, text_embed_dim=64, pooled_projection_dim=32, rope_axes_dim=(8, 12, 12))
@@ -128,7 +128,7 @@ def build_hunyuan(device: str, tiny: bool, blocks: int | None) -> Built:
     else:
         n = blocks or 20
         arch = dict(num_layers=n, num_single_layers=2 * n)
-        latent, text, pooled = (1, 16, 33, 90, 96), (1, 55, 4096), (1, 768)
+        latent, text, pooled = (1, 16, 17, 60, 106), (1, 55, 4096), (1, 768)
     dtype = torch.bfloat16
     model, _ = _dit("hunyuanvideo:HunyuanVideoConfig", "dits.hunyuanvideo:HunyuanVideoTransformer3DModel", arch,
                     device, dtype, 3)
@@ -146,7 +146,7 @@ def build_qwen(device: str, tiny: bool, blocks: int | None) -> Built:
                     axes_dims_rope=(8, 12, 12))
         side, txt = 8, (1, 7, 64)
     else:
-        arch = dict(num_layers=blocks or 60)
+        arch = dict(num_layers=blocks or 60, joint_attention_dim=3584)  # Qwen2.5-VL-7B text states
         side, txt = 64, (1, 19, 3584)
     dtype = torch.bfloat16
     model, _ = _dit("qwenimage:QwenImageDitConfig", "dits.qwen_image:QwenImageTransformer2DModel", arch, device,
