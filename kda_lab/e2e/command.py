@@ -153,7 +153,12 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tiny = args.tiny or device == "cpu"
     blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
-    runtime.init_sglang(device, args.attention_backend)
+    try:
+        runtime.init_sglang(device, args.attention_backend)
+    except Exception as e:  # noqa: BLE001 - a missing import dep or a broken SGLang: one clear line, exit 2
+        print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e} "
+              "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
     run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
