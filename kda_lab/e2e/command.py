@@ -123,10 +123,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         return "-" if v in (None, "") else format(v, fmt)
 
     lines = [f"{'row':<26} {'status':<9} {'off ms':>10} {'on ms':>10} {'speedup':>8} {'eager x':>8} {'agree':>5}  "
-             f"{'max err':>9}  top shares (off)"]
+             f"{'max err':>9}  device-time shares (overlay off)"]
     for r in rows:
         shares = json.loads(r["shares_off"]) if r.get("shares_off") else {}
-        top = ", ".join(f"{k} {v:.0%}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])[:4])
+        cats = [(k, v) for k, v in shares.items() if not k.startswith("family:")]
+        fams = [(k.removeprefix("family:"), v) for k, v in shares.items() if k.startswith("family:")]
+        top = ", ".join(f"{k} {v:.0%}" for k, v in sorted(cats, key=lambda kv: -kv[1])[:3])
+        if shares:  # every swap-target family's share: what the overlay could ever gain here (Amdahl)
+            top += "; swap targets: " + (", ".join(f"{k} {v:.1%}" for k, v in sorted(fams, key=lambda kv: -kv[1]))
+                                         or "none")
         lines.append(f"{r['row']:<26} {r['status']:<9} {f(r.get('off_device_ms'), '.3f'):>10} "
                      f"{f(r.get('on_device_ms'), '.3f'):>10} {f(r.get('speedup'), '.3f'):>8} "
                      f"{f(r.get('eager_speedup'), '.3f'):>8} {str(r.get('agree', '-')):>5}  "
