@@ -18,7 +18,7 @@ fi
 # sglang pins torch 2.14.1 and dozens of serving packages: its import deps are in requirements/cpu.txt.
 .venv/bin/python -m pip install -q --no-deps -r requirements/sglang.txt
 .venv/bin/python -m pip install -q --no-deps -e .
-# kda e2e only: torchvision outside site-packages (PyPI's wheels need CUDA torch; requirements/e2e-cpu.txt says why).
-.venv/bin/python -m pip install -q --no-deps --upgrade --target .venv/e2e-torchvision -r requirements/e2e-cpu.txt
+# kda e2e only: SGLang model-module deps outside site-packages (requirements/e2e-cpu.txt says why).
+.venv/bin/python -m pip install -q --no-deps --upgrade --target .venv/e2e-site -r requirements/e2e-cpu.txt
 echo "$want" > "$stamp"
 echo "environment ready: .venv ($(.venv/bin/python -c 'import torch, triton, sglang; print("torch", torch.__version__, "triton", triton.__version__, "sglang", sglang.__version__)'))"

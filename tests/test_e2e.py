@@ -222,3 +222,13 @@ def test_vae_rows_on_the_gpu(tmp_path: Path) -> None:
     (result,) = out.glob("e2e-*.json")
     for rec in json.loads(result.read_text()):
         assert rec["status"] == "ok" and rec["agree"] == 1 and rec["timing"] in ("cuda-graph", "cuda-events")
+
+
+def test_box_and_cpu_pins_of_the_model_module_deps_agree() -> None:
+    """The GPU box stages (.gpu-stage-c) the versions the CPU e2e environment runs with."""
+    from tests.test_gpu_stage import E2E_DEPS, E2E_NODEPS, GPU_TXT, norm, pins, requirement_lines
+
+    cpu, gpu = pins(REPO / "requirements" / "e2e-cpu.txt"), pins(GPU_TXT)
+    assert all(cpu.values()), "requirements/e2e-cpu.txt is installed --no-deps: every line pinned"
+    for name in (norm(n) for f in (E2E_DEPS, E2E_NODEPS) for n in requirement_lines(f)):
+        assert name in cpu and gpu[name] == cpu[name], (name, gpu.get(name), cpu.get(name))

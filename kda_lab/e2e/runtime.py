@@ -22,21 +22,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-CPU_TORCHVISION = ".venv/e2e-torchvision"  # scripts/setup_env.sh installs requirements/e2e-cpu.txt here
+CPU_E2E_SITE = ".venv/e2e-site"  # scripts/setup_env.sh installs requirements/e2e-cpu.txt here
 
 
-def cpu_torchvision() -> str:
-    """Make ``import torchvision`` work on a CPU torch; returns what was done ("" on a CUDA torch).
+def cpu_e2e_site() -> str:
+    """On a CPU torch, make SGLang's model modules importable; returns what was done ("" on a CUDA torch).
 
-    SGLang's model modules import torchvision (``sglang.srt.multimodal.internvl_utils`` through its configs).
-    PyPI's torchvision wheels link CUDA torch, so on the lab's CPU torch their compiled ops do not load and
-    torchvision 0.28's ``_meta_registrations`` then fails on ``register_fake("torchvision::nms")``. So the CPU
-    environment keeps torchvision out of site-packages (a plain ``import sglang`` elsewhere in the lab would
-    pick it up and fail), in ``.venv/e2e-torchvision``; this puts that folder on ``sys.path`` and defines the
-    two op schemas torchvision registers fakes for, so its pure-Python parts (transforms, all SGLang uses)
-    import. Calling those ops would still fail loudly. Must run before anything imports sglang.
+    Their import deps (transformers, diffusers, torchvision, ...) live outside site-packages in
+    ``.venv/e2e-site`` (requirements/e2e-cpu.txt says why): this appends that folder to ``sys.path``. PyPI's
+    torchvision wheels link CUDA torch, so on the CPU torch their compiled ops do not load and torchvision
+    0.28's ``_meta_registrations`` then fails on ``register_fake("torchvision::nms")`` because the op was never
+    defined: defining the two op schemas it registers fakes for lets its pure-Python parts (transforms, all
+    SGLang uses) import. Calling those ops would still fail loudly. Must run before anything imports sglang.
     """
-    import importlib.util
     import sys
 
     import torch
@@ -45,22 +43,22 @@ def cpu_torchvision() -> str:
 
     if torch.version.cuda is not None:
         return ""
-    if importlib.util.find_spec("torchvision") is None:
-        extra = PACKAGE_ROOT / CPU_TORCHVISION
-        if not (extra / "torchvision").is_dir():
-            raise RuntimeError(f"SGLang's models import torchvision: run scripts/setup_env.sh (installs it into "
-                               f"{CPU_TORCHVISION})")
-        sys.path.append(str(extra))
+    site = PACKAGE_ROOT / CPU_E2E_SITE
+    if not (site / "transformers").is_dir() or not (site / "torchvision").is_dir():
+        raise RuntimeError(f"SGLang's model modules need transformers, diffusers, torchvision, ...: run "
+                           f"scripts/setup_env.sh (installs requirements/e2e-cpu.txt into {CPU_E2E_SITE})")
+    if str(site) not in sys.path:
+        sys.path.append(str(site))
     try:
         torch.ops.torchvision.nms  # noqa: B018 - defined when torchvision's compiled ops loaded
-        return "torchvision ops loaded"
+        return f"{CPU_E2E_SITE} on sys.path"
     except (AttributeError, RuntimeError):
         pass
     lib = torch.library.Library("torchvision", "FRAGMENT")
     for op in ("nms", "qnms"):
         lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     _READY["torchvision_lib"] = lib  # the schemas live as long as the library object
-    return "torchvision without compiled ops (CPU torch)"
+    return f"{CPU_E2E_SITE} on sys.path, torchvision without compiled ops (CPU torch)"
 
 
 def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, Any]:
@@ -69,8 +67,8 @@ def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, 
         if _READY["device"] != device:
             raise RuntimeError(f"SGLang runtime already initialised for {_READY['device']}, not {device}")
         return dict(_READY)
-    if device == "cpu" or not _cuda_torch():
-        cpu_torchvision()
+    if not _cuda_torch():
+        cpu_e2e_site()
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1")
