@@ -12,7 +12,7 @@ from kda_lab.evidence import bench_row_counts
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile")
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
 def task_status(task: Task) -> str:

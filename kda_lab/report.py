@@ -462,7 +462,9 @@ def splice_readme(text: str, table: str) -> str | None:
 
 def expected_files(root: Path, reports: list[TaskReport]) -> tuple[dict[Path, str], str]:
     """{path: expected text} for README.md (if it has the markers) and docs/leaderboard.md; plus a README note."""
-    files = {root / LEADERBOARD: render_leaderboard(reports)}
+    from kda_lab.e2e import report as e2e_report  # the end-to-end section (e2e/benchmark.csv)
+
+    files = {root / LEADERBOARD: render_leaderboard(reports) + "\n" + e2e_report.section(root)}
     note = ""
     readme = root / README
     if readme.exists():
@@ -486,6 +488,9 @@ def check(root: Path) -> list[str]:
             p = root / PLOTS / t.slug / name
             if not p.exists():
                 stale.append(str(p.relative_to(root)))
+    from kda_lab.e2e import report as e2e_report
+
+    stale += [str(p.relative_to(root)) for p in e2e_report.plot_paths(root) if not p.exists()]
     return stale
 
 
@@ -502,6 +507,9 @@ def write(root: Path, plots: bool = True) -> tuple[list[Path], str]:
         from kda_lab import plots as plotting
 
         written += plotting.draw_all(root / PLOTS, reports)
+        from kda_lab.e2e import report as e2e_report
+
+        written += e2e_report.draw(root)
     return written, note
 
 

@@ -36,6 +36,9 @@ if [ -f .gpu-stage-b/setup.sh ] && ! python3 -c "import cutlass.cute" 2>/dev/nul
   # shellcheck disable=SC1090
   source ~/kda-env.sh
 fi
+if [ -f .gpu-stage-c/setup.sh ] && ! python3 -c "import transformers, diffusers" 2>/dev/null; then
+  bash .gpu-stage-c/setup.sh  # kda e2e: the import deps of SGLang's model modules
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 for cmd in "$@"; do

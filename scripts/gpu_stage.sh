@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Stage SGLang, the import deps the GPU box image lacks and the CuTe DSL for the offline GPU box, whose runs
-# each upload at most 64 MiB (working tree included). Writes two ignored folders in the repository root:
+# each upload at most 64 MiB (working tree included). Writes three ignored folders in the repository root:
 #   .gpu-stage-a/  SGLang's Python sources (tar.xz), the wheels of scripts/gpu_stage/box-deps.txt with their
 #                  dependencies, the small CuTe DSL wheels, part 1 of the CuTe DSL CUDA 13 runtime
 #   .gpu-stage-b/  part 2 of that runtime (repacked as tar.xz, split so the two folders weigh about the same)
-# each with its setup.sh (scripts/gpu_stage/setup-a.sh, setup-b.sh), which scripts/gpu_box.sh runs on the box.
+#   .gpu-stage-c/  for `kda e2e`: the wheels of scripts/gpu_stage/e2e-deps.txt with their dependencies and of
+#                  e2e-deps-nodeps.txt without (they require torch), less what .gpu-stage-a/deps holds
+# each with its setup.sh (scripts/gpu_stage/setup-a.sh, setup-b.sh, setup-c.sh), which scripts/gpu_box.sh runs on the box.
 # Versions: requirements/sglang.txt and requirements/gpu.txt. The whole flow: docs/gpu-box.md.
 #
 #   scripts/gpu_stage.sh               # from any directory; downloads once into the cache
@@ -17,7 +19,7 @@
 #   PYTHON=python3         the Python whose pip downloads
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 if [ "$#" -gt 0 ]; then
@@ -31,7 +33,8 @@ cache=${KDA_STAGE_CACHE:-$HOME/.cache/kda-gpu-stage}
 limit_mb=${KDA_STAGE_LIMIT_MB:-48}
 python=${PYTHON:-python3}
 # Dependencies of box-deps.txt that the box image already has: dropped after the download to save upload space.
-image_has=(anyio idna numpy psutil pygments typing_extensions)
+image_has=(anyio idna numpy psutil pygments typing_extensions pillow requests tqdm packaging filelock fsspec
+           urllib3 certifi charset_normalizer)
 cute_names=(nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core nvidia-cutlass-dsl-libs-cu13)
 
 # pinned FILE NAME: the VERSION of the NAME==VERSION line in FILE
@@ -91,11 +94,17 @@ fi
 # Build both folders aside, so a failure leaves the previous stage as it was.
 a=$work/a
 b=$work/b
-mkdir -p "$a/deps" "$a/cute" "$b"
+c=$work/c
+mkdir -p "$a/deps" "$a/cute" "$b" "$c/deps"
 cp "$sglang_tar" "$a/sglang.tar.xz"
 "${download[@]}" -d "$a/deps" -r "$here/gpu_stage/box-deps.txt" -c "$root/requirements/gpu.txt"
+"${download[@]}" -d "$c/deps" -r "$here/gpu_stage/e2e-deps.txt" -c "$root/requirements/gpu.txt"
+"${download[@]}" --no-deps -d "$c/deps" -r "$here/gpu_stage/e2e-deps-nodeps.txt" -c "$root/requirements/gpu.txt"
 for name in "${image_has[@]}"; do
-  rm -f "$a/deps/$name"-*.whl
+  rm -f "$a/deps/$name"-*.whl "$c/deps/$name"-*.whl
+done
+for wheel in "$a"/deps/*.whl; do
+  rm -f "$c/deps/$(basename "$wheel")"
 done
 for wheel in "$cute_dir"/*-"$cute_version"-*.whl; do
   case $(basename "$wheel") in
@@ -105,6 +114,7 @@ for wheel in "$cute_dir"/*-"$cute_version"-*.whl; do
 done
 cp "$here/gpu_stage/setup-a.sh" "$a/setup.sh"
 cp "$here/gpu_stage/setup-b.sh" "$b/setup.sh"
+cp "$here/gpu_stage/setup-c.sh" "$c/setup.sh"
 # Both uploads also carry the working tree: split the runtime so that the two folders weigh about the same.
 a_bytes=$(du -sb "$a" | cut -f1)
 cu13_bytes=$(stat -c %s "$cu13_tar")
@@ -114,7 +124,7 @@ head -c "$part1" "$cu13_tar" > "$a/cu13.part1"
 tail -c +"$((part1 + 1))" "$cu13_tar" > "$b/cu13.part2"
 sha256sum < "$cu13_tar" | cut -d' ' -f1 > "$a/cu13.sha256"
 
-for folder in "$a" "$b"; do
+for folder in "$a" "$b" "$c"; do
   bytes=$(du -sb "$folder" | cut -f1)
   if [ "$bytes" -gt $((limit_mb * 1024 * 1024)) ]; then
     echo "refusing: .gpu-stage-$(basename "$folder") would be $((bytes / 1024 / 1024)) MiB, over" \
@@ -122,19 +132,20 @@ for folder in "$a" "$b"; do
     exit 1
   fi
 done
-rm -rf "$root/.gpu-stage-a" "$root/.gpu-stage-b"
+rm -rf "$root/.gpu-stage-a" "$root/.gpu-stage-b" "$root/.gpu-stage-c"
 mv "$a" "$root/.gpu-stage-a"
 mv "$b" "$root/.gpu-stage-b"
+mv "$c" "$root/.gpu-stage-c"
 
 # Keep the folders out of git even in a checkout whose .gitignore lacks them (info/exclude is per clone).
 if git -C "$root" rev-parse --git-dir > /dev/null 2>&1; then
   exclude=$(git -C "$root" rev-parse --git-path info/exclude)
   case $exclude in /*) ;; *) exclude=$root/$exclude ;; esac
   mkdir -p "$(dirname "$exclude")"
-  for folder in .gpu-stage-a .gpu-stage-b; do
+  for folder in .gpu-stage-a .gpu-stage-b .gpu-stage-c; do
     git -C "$root" check-ignore -q "$folder/" || echo "/$folder/" >> "$exclude"
   done
 fi
-du -sh "$root/.gpu-stage-a" "$root/.gpu-stage-b"
+du -sh "$root/.gpu-stage-a" "$root/.gpu-stage-b" "$root/.gpu-stage-c"
 echo "staged SGLang $sglang_version and CuTe DSL $cute_version: carry .gpu-stage-a on a box's first run," \
-     "then .gpu-stage-b (docs/gpu-box.md)"
+     "then .gpu-stage-b; .gpu-stage-c for kda e2e (docs/gpu-box.md, docs/e2e.md)"

@@ -25,6 +25,8 @@ from tests.conftest import REPO
 
 STAGE = REPO / "scripts" / "gpu_stage.sh"
 BOX_DEPS = REPO / "scripts" / "gpu_stage" / "box-deps.txt"
+E2E_DEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps.txt"  # .gpu-stage-c, for kda e2e
+E2E_NODEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps-nodeps.txt"  # .gpu-stage-c, staged --no-deps (need torch)
 GPU_TXT = REPO / "requirements" / "gpu.txt"
 CPU_TXT = REPO / "requirements" / "cpu.txt"
 CPU_IN = REPO / "requirements" / "cpu.in"
@@ -98,7 +100,7 @@ def test_gpu_txt_is_usable_as_pip_constraints() -> None:
 
 
 def test_every_staged_box_dep_is_pinned_for_gpu_machines() -> None:
-    staged = {norm(ln) for ln in requirement_lines(BOX_DEPS)}
+    staged = {norm(ln) for f in (BOX_DEPS, E2E_DEPS, E2E_NODEPS) for ln in requirement_lines(f)}
     assert staged and staged <= set(pins(GPU_TXT)), staged - set(pins(GPU_TXT))
 
 
@@ -137,6 +139,8 @@ def wheel_dir(tmp: Path, runtime: bytes) -> Path:
     pinned = pins(GPU_TXT)
     (sglang_version,) = [v for n, v in pins(SGLANG_TXT).items() if n == "sglang"]
     deps = [norm(ln) for ln in requirement_lines(BOX_DEPS)]
+    e2e = [norm(ln) for ln in requirement_lines(E2E_DEPS)]
+    nodeps = [norm(ln) for ln in requirement_lines(E2E_NODEPS)]
     facade = "".join(f"import {module_of(n)}\n" for n in deps) + "def fuse_scale_shift_kernel():\n    pass\n"
     build_wheel(d, "sglang", sglang_version, {
         "sglang/__init__.py": f"__version__ = {sglang_version!r}\n".encode(),
@@ -149,6 +153,11 @@ def wheel_dir(tmp: Path, runtime: bytes) -> Path:
     for name in deps:
         requires = ("anyio",) if name == "starlette" else ()
         build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, requires)
+    for name in e2e:  # pydantic is a box dep too: staged once, in .gpu-stage-a
+        requires = ("pydantic",) if name == "transformers" else ()
+        build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, requires)
+    for name in nodeps:  # no torch wheel here: staging them with their dependencies would fail
+        build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, ("torch>=2.7",))
     build_wheel(d, "anyio", "4.0.0", {"anyio/__init__.py": b""})
     cute = pinned["nvidia-cutlass-dsl"]
     pkg = "nvidia_cutlass_dsl/dsl_packages/cutlass"
@@ -181,7 +190,9 @@ def checkout(tmp: Path) -> Path:
     """A git checkout holding the staging scripts and the requirements they read, without a .gitignore."""
     repo = tmp / "repo"
     for rel in ("scripts/gpu_stage.sh", "scripts/gpu_stage/setup-a.sh", "scripts/gpu_stage/setup-b.sh",
-                "scripts/gpu_stage/box-deps.txt", "requirements/gpu.txt", "requirements/sglang.txt"):
+                "scripts/gpu_stage/setup-c.sh", "scripts/gpu_stage/box-deps.txt", "scripts/gpu_stage/e2e-deps.txt",
+                "scripts/gpu_stage/e2e-deps-nodeps.txt", "requirements/gpu.txt",
+                "requirements/sglang.txt"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, repo / rel)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -212,6 +223,10 @@ def test_stage_round_trip_from_a_local_wheel_directory(tmp_path: Path) -> None:
     a, b = repo / ".gpu-stage-a", repo / ".gpu-stage-b"
     staged = sorted(p.name.split("-")[0] for p in (a / "deps").glob("*.whl"))
     assert staged == sorted(norm(n).replace("-", "_") for n in requirement_lines(BOX_DEPS))  # anyio dropped
+    c = repo / ".gpu-stage-c"
+    staged_c = sorted(p.name.split("-")[0] for p in (c / "deps").glob("*.whl"))
+    assert staged_c == sorted(norm(n).replace("-", "_")
+                              for n in requirement_lines(E2E_DEPS) + requirement_lines(E2E_NODEPS))  # no pydantic
     assert sorted(p.name.split("-")[0] for p in (a / "cute").glob("*.whl")) == [
         "nvidia_cutlass_dsl", "nvidia_cutlass_dsl_libs_base", "nvidia_cutlass_dsl_libs_core"]
     listing = subprocess.run(["tar", "-tJf", str(a / "sglang.tar.xz")], capture_output=True, text=True).stdout
@@ -225,10 +240,13 @@ def test_stage_round_trip_from_a_local_wheel_directory(tmp_path: Path) -> None:
     assert run(["bash", "scripts/gpu_stage.sh"], env, repo).returncode == 0
     exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
     assert exclude.count("/.gpu-stage-a/") == 1 and exclude.count("/.gpu-stage-b/") == 1
+    assert exclude.count("/.gpu-stage-c/") == 1
 
     # the box: a second part before any first part says the box was recycled
     home = Path(env["HOME"])
     r = run(["bash", str(b / "setup.sh")], env, tmp_path)
+    assert r.returncode == 3 and "recycled" in r.stderr
+    r = run(["bash", str(c / "setup.sh")], env, tmp_path)
     assert r.returncode == 3 and "recycled" in r.stderr
     r = run(["bash", str(a / "setup.sh")], env, tmp_path)
     assert r.returncode == 0, r.stderr
@@ -242,6 +260,11 @@ def test_stage_round_trip_from_a_local_wheel_directory(tmp_path: Path) -> None:
     probe = run(["bash", "-c", "source ~/kda-env.sh && python3 -c 'import sglang, cutlass.cute; print(sglang.__file__)'"],
                 env, tmp_path)
     assert probe.returncode == 0 and str(home / "kda-site") in probe.stdout, probe.stderr
+    r = run(["bash", str(c / "setup.sh")], env, tmp_path)
+    assert r.returncode == 0 and f"({len(staged_c)} wheels)" in r.stdout, r.stderr
+    probe = run(["bash", "-c", "source ~/kda-env.sh && python3 -c 'import kda_fake_transformers, kda_fake_cache_dit'"],
+                env, tmp_path)
+    assert probe.returncode == 0, probe.stderr
 
 
 def test_box_rejects_parts_of_different_stages_and_a_missing_dep(tmp_path: Path) -> None:
@@ -277,7 +300,8 @@ def test_stage_over_the_size_limit_refuses_and_keeps_the_previous_stage(tmp_path
     assert (repo / ".gpu-stage-a" / "cu13.sha256").read_text() == before
 
 
-@pytest.mark.parametrize("script", ["gpu_stage.sh", "gpu_stage/setup-a.sh", "gpu_stage/setup-b.sh"])
+@pytest.mark.parametrize("script", ["gpu_stage.sh", "gpu_stage/setup-a.sh", "gpu_stage/setup-b.sh",
+                                    "gpu_stage/setup-c.sh"])
 def test_stage_scripts_are_strict_and_executable(script: str) -> None:
     path = REPO / "scripts" / script
     assert os.access(path, os.X_OK)

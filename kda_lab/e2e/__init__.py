@@ -1,0 +1,7 @@
+"""`kda e2e`: SGLang 0.5.23's own diffusion model code timed with the KDA overlay uninstalled vs installed.
+
+Modules: :mod:`runtime` (single-process SGLang distributed state and server args), :mod:`models` (the e2e rows:
+which SGLang class, which config, which production row it is sized from), :mod:`measure` (interleaved timing,
+output agreement, profiler shares), :mod:`ledger` (``e2e/benchmark.csv``, append-only, hash-chained),
+:mod:`command` (the CLI), :mod:`report` (the section `kda report` adds). See docs/e2e.md.
+"""

@@ -1,0 +1,105 @@
+"""``e2e/benchmark.csv``: the append-only ledger of `kda e2e` runs (one row per model row per run).
+
+Same discipline as the task ledgers (kda_lab.ledger): a fixed header, a hash chain over every row (``chain`` =
+sha256 of the previous chain and this row's content, kda_lab.ledger's helper), and the committed file must be a
+prefix of the working copy (kda_lab.ledger.validate_against_git). Mistakes are fixed by a run that names the run
+it supersedes, never by editing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from kda_lab.ledger import LedgerError, _chain, _fmt, _row_content, now_iso, validate_against_git
+
+E2E_DIR = "e2e"
+E2E_FILE = "benchmark.csv"
+E2E_COLUMNS: tuple[str, ...] = (
+    "ts", "run_id", "arch", "row", "model", "module", "kind", "cites", "config", "shape", "dtype", "blocks", "tiny",
+    "timing", "trials", "seed",
+    "off_device_ms", "off_device_p10_ms", "off_device_p90_ms", "on_device_ms", "on_device_p10_ms", "on_device_p90_ms",
+    "speedup",
+    "off_eager_ms", "off_eager_p10_ms", "off_eager_p90_ms", "on_eager_ms", "on_eager_p10_ms", "on_eager_p90_ms",
+    "eager_speedup",
+    "agree", "max_abs_err", "tolerance",
+    "kernel_ms_off", "kernel_ms_on", "shares_off", "shares_on",
+    "promoted", "overlay", "status", "error",
+    "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "transformers", "diffusers",
+    "git_commit", "git_dirty", "command", "supersedes", "chain",
+)
+FLOATS = tuple(c for c in E2E_COLUMNS if c.endswith("_ms") or c in ("speedup", "eager_speedup", "max_abs_err"))
+STATUSES = ("ok", "disagree", "failed")
+ENV = ("gpu_name", "torch", "sglang", "git_commit", "command")
+
+
+def path(root: Path) -> Path:
+    return Path(root) / E2E_DIR / E2E_FILE
+
+
+def read(root: Path) -> list[dict[str, str]]:
+    p = path(root)
+    if not p.exists() or p.stat().st_size == 0:
+        return []
+    with p.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append(root: Path, rows: list[dict[str, Any]]) -> None:
+    """Append rows (unknown keys rejected), extending the hash chain; creates e2e/benchmark.csv if needed."""
+    p = path(root)
+    existing = read(root)
+    prev = existing[-1]["chain"] if existing else ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=E2E_COLUMNS, lineterminator="\n")
+    if not p.exists() or p.stat().st_size == 0:
+        writer.writeheader()
+    for row in rows:
+        unknown = set(row) - set(E2E_COLUMNS)
+        if unknown:
+            raise LedgerError(f"unknown e2e/benchmark.csv columns: {sorted(unknown)}")
+        if row.get("status") not in STATUSES:
+            raise LedgerError(f"status {row.get('status')!r} not in {STATUSES}")
+        out = {c: _fmt(row.get(c)) for c in E2E_COLUMNS}
+        out["ts"] = out["ts"] or now_iso()
+        out["chain"] = _chain(prev, _row_content(out, E2E_COLUMNS))
+        prev = out["chain"]
+        writer.writerow(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("a", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def validate(root: Path) -> list[str]:
+    """Header, statuses, numbers, environment columns, hash chain, append-only against git HEAD."""
+    p = path(root)
+    if not p.exists():
+        return []
+    text = p.read_text()
+    problems: list[str] = []
+    if not text or text.splitlines()[0] != ",".join(E2E_COLUMNS):
+        return [f"{E2E_DIR}/{E2E_FILE}: header differs from kda_lab.e2e.ledger.E2E_COLUMNS"]
+    prev = ""
+    for i, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        where = f"{E2E_DIR}/{E2E_FILE}:{i}"
+        if None in row or any(v is None for v in row.values()):
+            problems.append(f"{where}: wrong number of fields")
+            return problems
+        if row["status"] not in STATUSES:
+            problems.append(f"{where}: status {row['status']!r} not in {STATUSES}")
+        for c in FLOATS:
+            if row[c]:
+                try:
+                    float(row[c])
+                except ValueError:
+                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
+        missing = [c for c in ENV if not row[c]]
+        if missing:
+            problems.append(f"{where}: environment columns empty: {missing}")
+        if row["chain"] != _chain(prev, _row_content(row, E2E_COLUMNS)):
+            problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
+            return problems
+        prev = row["chain"]
+    return problems + validate_against_git(p)

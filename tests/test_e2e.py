@@ -1,0 +1,234 @@
+"""`kda e2e` on the CPU: SGLang 0.5.23's real model classes built at tiny configurations, run with the overlay
+off and on, agreement, ledger, report section. The runs happen in a subprocess (`python -m kda_lab e2e`), as a
+user runs them: SGLang's distributed state is process-global."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+GN = "h200_diffusion_group_norm_silu__multi_shape"
+
+
+def lab_root(tmp_path: Path) -> Path:
+    """A lab root (KDA_ROOT) with the task.toml files the e2e rows cite and take tolerances from."""
+    root = tmp_path / "lab"
+    (root / "kda_lab").mkdir(parents=True)
+    for toml in (REPO / "kernels").glob("*/task.toml"):
+        (root / "kernels" / toml.parent.name).mkdir(parents=True)
+        shutil.copy2(toml, root / "kernels" / toml.parent.name / "task.toml")
+    return root
+
+
+def run_e2e(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KDA_ROOT": str(root), "KDA_GIT_COMMIT": "test", "KDA_E2E_TRACEBACK": "1"}
+    env.pop("OUT", None)
+    return subprocess.run([sys.executable, "-m", "kda_lab", "e2e", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_every_row_cites_a_production_row_of_a_task() -> None:
+    from kda_lab.e2e.models import ROWS
+
+    assert len({r.name for r in ROWS}) == len(ROWS)
+    for r in ROWS:
+        task, row = r.cites.split(":")
+        raw = tomllib.loads((REPO / "kernels" / task / "task.toml").read_text())
+        kinds = {w["name"]: w["kind"] for w in raw["workloads"]}
+        assert kinds.get(row) == "production", r.cites
+    wanted = {"dits.wanvideo", "dits.qwen_image", "dits.zimage", "dits.hunyuanvideo", "dits.flux", "dits.ltx_2",
+              "vaes.hunyuanvae", "vaes.flux3_image_vae", "upsampler.latent_upsampler"}
+    assert {r.module.partition(":")[0] for r in ROWS} == wanted
+
+
+def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) -> None:
+    root = lab_root(tmp_path)
+    out = tmp_path / "out"
+    r = run_e2e(root, "--trials", "1", "--seed", "3", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    (result,) = out.glob("e2e-*.json")
+    rows = {x["row"]: x for x in json.loads(result.read_text())}
+    from kda_lab.e2e.models import ROWS
+
+    assert set(rows) == {x.name for x in ROWS}
+    for row in ROWS:
+        rec = rows[row.name]
+        assert rec["status"] == "ok", rec
+        assert json.loads(rec["config"]), rec  # built from SGLang's config class with the tiny overrides
+        if row.cpu_forward:
+            # same inputs, overlay uninstalled vs installed: the CPU paths must agree bit for bit
+            assert rec["agree"] == 1 and rec["max_abs_err"] == 0.0, rec
+            assert rec["off_eager_ms"] > 0 and rec["on_eager_ms"] > 0 and rec["speedup"] > 0
+            shares = json.loads(rec["shares_off"])
+            assert abs(sum(shares.values()) - 1) < 1e-3 and rec["kernel_ms_off"] > 0
+        else:
+            assert rec["timing"] == "construction only (cpu)" and "sgl_kernel" in rec["error"]
+        assert "apply_group_norm_silu:installed" in rec["overlay"], rec["overlay"]
+        assert "group_norm_silu:h200:c003@" in rec["promoted"], rec["promoted"]
+    # install() rebinds the module-level call sites of SGLang's VAE code: the e2e run goes through them
+    assert "call site(s) in vaes.hunyuanvae" in rows["hunyuanvideo_vae_decode"]["overlay"]
+    assert "call site(s) in upsampler.latent_upsampler" in rows["ltx2_latent_upsampler"]["overlay"]
+    assert "conv" in json.loads(rows["hunyuanvideo_vae_decode"]["shares_off"])
+    assert rows["hunyuanvideo_vae_decode"]["tolerance"].startswith("atol=")
+    # the table is the last thing printed; the ledger row carries the environment and the import versions
+    assert r.stdout.strip().splitlines()[-1].startswith("ltx2_latent_upsampler")
+    from kda_lab.e2e import ledger
+
+    recorded = ledger.read(root)
+    assert [x["row"] for x in recorded] == [x.name for x in ROWS]
+    assert all(x["transformers"] == "5.19.0" and x["diffusers"] == "0.37.0" for x in recorded)
+    assert ledger.validate(root) == []
+
+
+def test_unknown_rows_and_models_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    root = lab_root(tmp_path)
+    r = run_e2e(root, "--rows", "no_such_row")
+    assert r.returncode == 2 and "unknown e2e rows ['no_such_row']" in r.stderr
+    r = run_e2e(root, "--model", "sd3")
+    assert r.returncode == 2 and "no e2e row matches models ['sd3']" in r.stderr
+    r = run_e2e(root, "--list", "--model", "hunyuan")
+    assert r.returncode == 0
+    assert [ln.split()[0] for ln in r.stdout.splitlines()] == ["hunyuanvideo_dit", "hunyuanvideo_vae_decode",
+                                                           "hunyuanvideo_vae_decode_tiled"]
+
+
+def test_agreement_check_rejects_outputs_outside_the_family_tolerance(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from kda_lab.e2e.measure import Tolerance, family_tolerance
+
+    monkeypatch.setenv("KDA_ROOT", str(lab_root(tmp_path)))
+    tol = family_tolerance({"group_norm_silu"}, torch.float16)
+    raw = tomllib.loads((REPO / "kernels" / GN / "task.toml").read_text())["tolerances"]["float16"]
+    assert (tol.atol, tol.rtol) == (raw["atol"], raw["rtol"]) and GN in tol.source
+    ref = torch.linspace(-4, 4, 64, dtype=torch.float16)
+    assert tol.check(ref, ref.clone()) == (True, 0.0)
+    bad = ref.clone()
+    bad[7] += 0.5  # far outside atol + rtol*|ref| for fp16
+    ok, err = tol.check(ref, bad)
+    assert not ok and err > 0.4
+    assert not tol.check(ref, ref.float())[0]  # a dtype change is a disagreement
+    exact = family_tolerance(set(), torch.bfloat16)
+    assert (exact.atol, exact.rtol) == (0.0, 0.0)
+    near = ref.clone()
+    near[0] = torch.nextafter(near[0], torch.tensor(0.0, dtype=torch.float16))
+    assert not exact.check(ref, near)[0] and Tolerance(0, 0, "x").check(ref, ref.clone())[0]
+
+
+def test_kernel_names_map_to_families_and_categories() -> None:
+    from kda_lab.e2e.kernels import classify, shares
+
+    assert classify("_group_norm_silu_contiguous_kernel") == "family:group_norm_silu"
+    assert classify("void gns_cluster_kernel<__half, 8>(...)") == "family:group_norm_silu"
+    assert classify("_fused_scale_shift_4d_kernel") == "family:fuse_scale_shift"
+    assert classify("_rms_norm_tiled_onepass") == "family:norm_infer"
+    assert classify("_ltx2_split_rotary_kernel") == "family:rotary_embedding"
+    assert classify("_rmsnorm_tanh_residual_kernel") == "family:norm_tanh_mul_add"
+    assert classify("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64") == "gemm"
+    assert classify("nvjet_hsh_256x128_64x4_2x1_v_bz_coopB_TNT") == "gemm"
+    assert classify("flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention"
+    assert classify("sm90_xmma_fprop_implicit_gemm_indexed_f16f16_f16f32_f32_ndhwc") == "conv"
+    assert classify("void at::native::elementwise_kernel<128, 4>") == "other"
+    s = shares({"_group_norm_apply_kernel": 30.0, "sm90_xmma_gemm_x": 50.0, "foo": 20.0})
+    assert s == {"family:group_norm_silu": 0.3, "gemm": 0.5, "other": 0.2}
+
+
+def _gpu_row(run_id: str, row: str, speedup: float, shares: dict[str, float], supersedes: str = "") -> dict:
+    return {"run_id": run_id, "arch": "h200", "row": row, "model": "HunyuanVideo", "module": "vaes.hunyuanvae:X",
+            "kind": "vae", "cites": f"{GN}:hunyuanvideo_apply_1x128x17x256x256", "status": "ok",
+            "off_device_ms": 100.0 * speedup, "on_device_ms": 100.0, "speedup": speedup, "eager_speedup": speedup,
+            "agree": 1, "shares_off": json.dumps(shares), "gpu_name": "NVIDIA H200", "torch": "2.11.0",
+            "sglang": "0.5.23", "git_commit": "abc", "command": "kda e2e", "supersedes": supersedes}
+
+
+def test_ledger_is_append_only_and_hash_chained(tmp_path: Path) -> None:
+    from kda_lab.e2e import ledger
+    from kda_lab.ledger import LedgerError
+
+    root = tmp_path
+    ledger.append(root, [_gpu_row("r1", "a", 1.01, {"conv": 1.0})])
+    ledger.append(root, [_gpu_row("r2", "a", 1.02, {"conv": 1.0})])
+    assert ledger.validate(root) == []
+    with pytest.raises(LedgerError, match="unknown e2e/benchmark.csv columns"):
+        ledger.append(root, [{**_gpu_row("r3", "a", 1.0, {}), "bogus": 1}])
+    with pytest.raises(LedgerError, match="status"):
+        ledger.append(root, [{**_gpu_row("r3", "a", 1.0, {}), "status": "great"}])
+    p = ledger.path(root)
+    p.write_text(p.read_text().replace("1.01", "1.51"))  # an edited measurement
+    assert any("hash chain broken" in x for x in ledger.validate(root))
+
+
+def test_report_section_and_plot_from_the_latest_gpu_rows(tmp_path: Path) -> None:
+    from kda_lab.e2e import ledger
+    from kda_lab.e2e import report as e2e_report
+
+    root = tmp_path
+    assert "No GPU measurements in e2e/benchmark.csv yet" in e2e_report.section(root)
+    assert e2e_report.plot_paths(root) == []
+    ledger.append(root, [_gpu_row("r1", "hunyuanvideo_vae_decode", 0.5, {"conv": 1.0}),
+                         _gpu_row("r2", "hunyuanvideo_vae_decode", 1.008,
+                                  {"family:group_norm_silu": 0.09, "conv": 0.5, "other": 0.41}, supersedes="r1")])
+    cpu = {**_gpu_row("r3", "flux2_vae_decode", 1.0, {}), "gpu_name": "cpu"}
+    ledger.append(root, [cpu])
+    text = e2e_report.section(root)
+    assert "| `hunyuanvideo_vae_decode` | HunyuanVideo |" in text and "1.008×" in text and "0.500×" not in text
+    assert "group_norm_silu 9.0%" in text and "1 rows measured on a CPU" in text
+    assert "flux2_vae_decode" not in text.split("are not shown")[0].split("|---")[-1]
+    assert e2e_report.plot_paths(root) == [root / e2e_report.PLOT]
+    (png,) = e2e_report.draw(root)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kda_report_check_sees_the_e2e_section(tmp_path: Path) -> None:
+    """`kda report --check` fails while the e2e section or its plot is stale, passes once written."""
+    from kda_lab import report
+    from kda_lab.e2e import ledger
+
+    root = tmp_path / "lab"
+    (root / "kernels").mkdir(parents=True)
+    (root / "docs").mkdir()
+    report.write(root, plots=False)
+    assert report.check(root) == []
+    ledger.append(root, [_gpu_row("r1", "hunyuanvideo_vae_decode", 1.008, {"conv": 1.0})])
+    stale = report.check(root)
+    assert "docs/leaderboard.md" in stale and "docs/plots/e2e/speedup.png" in stale
+    report.write(root, plots=True)
+    assert report.check(root) == []
+    assert "`hunyuanvideo_vae_decode`" in (root / "docs/leaderboard.md").read_text()
+
+
+@pytest.mark.gpu
+def test_vae_rows_on_the_gpu(tmp_path: Path) -> None:
+    """H200: the GroupNorm+SiLU rows at production size, overlay off vs on, outputs within tolerance."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (run on the GPU box)")
+    root = lab_root(tmp_path)
+    out = tmp_path / "out"
+    r = run_e2e(root, "--rows", "hunyuanvideo_vae_decode", "ltx2_latent_upsampler", "--trials", "3", "--out", str(out))
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    (result,) = out.glob("e2e-*.json")
+    for rec in json.loads(result.read_text()):
+        assert rec["status"] == "ok" and rec["agree"] == 1 and rec["timing"] in ("cuda-graph", "cuda-events")
+
+
+def test_box_and_cpu_pins_of_the_model_module_deps_agree() -> None:
+    """The GPU box stages (.gpu-stage-c) the versions the CPU e2e environment runs with."""
+    from tests.test_gpu_stage import E2E_DEPS, E2E_NODEPS, GPU_TXT, norm, pins, requirement_lines
+
+    cpu, gpu = pins(REPO / "requirements" / "e2e-cpu.txt"), pins(GPU_TXT)
+    assert all(cpu.values()), "requirements/e2e-cpu.txt is installed --no-deps: every line pinned"
+    for name in (norm(n) for f in (E2E_DEPS, E2E_NODEPS) for n in requirement_lines(f)):
+        assert name in cpu and gpu[name] == cpu[name], (name, gpu.get(name), cpu.get(name))
