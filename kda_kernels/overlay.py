@@ -576,10 +576,8 @@ def status() -> dict[str, Any]:
         }
         builds = _build_state(t, out[t.function]["arches"])
         out[t.function]["builds"] = builds
-        out[t.function]["problems"] += [
-            f"{arch} CUDA extension {b.get('extension')} not built for this machine: SGLang's kernel serves these "
-            f"calls (install() never compiles); run `python -m kda_kernels build`"
-            for arch, b in builds.items() if not b.get("built")]
+        out[t.function]["problems"] += [b["message"] for arch, b in builds.items()
+                                        if "message" in b and _serves_arch(arch)]
     if _LAST["disabled"]:
         for v in out.values():
             v["problems"].append(f"{DISABLE_ENV} set: install() did nothing")
@@ -595,7 +593,25 @@ def _build_state(t: SwapTarget, arches: Iterable[str]) -> dict[str, dict[str, An
         ext = mod.__dict__.get("EXTENSION") if mod is not None else None
         if ext is not None:
             out[arch] = ext.describe()
+            if not out[arch].get("built"):
+                out[arch]["message"] = (
+                    f"{arch} CUDA extension {ext.name} is not built on this machine: {arch} calls go to SGLang's "
+                    f"kernel (install() never compiles) until `python -m kda_kernels build`")
     return out
+
+
+def _serves_arch(arch: str) -> bool:
+    """Whether this process already runs CUDA on a device of ``arch``: only then is a missing build a problem
+    (on a CPU host or another GPU it is just the build state). Never initializes CUDA: status() runs inside
+    ``import sglang``, before SGLang forks its workers."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return False
+        return any(torch.cuda.get_device_capability(i) == ARCH_CAPABILITY[arch]
+                   for i in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - status() never raises
+        return False
 
 
 def _impl_dir_exists(t: SwapTarget, arch: str) -> bool:

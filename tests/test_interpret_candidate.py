@@ -194,5 +194,5 @@ def test_cpu_verdict_is_recorded_and_never_gpu_evidence(tmp_path: Path, monkeypa
     sys.modules[spec.name] = export
     spec.loader.exec_module(export)
     meta = export.load_task_meta(task_dir)
-    with pytest.raises(export.Refusal, match="no passing correctness run on a GPU"):
+    with pytest.raises(export.Refusal, match="no passing correctness run on an H200"):
         export.gather_evidence(meta, last["source_hash"])

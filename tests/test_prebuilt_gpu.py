@@ -51,3 +51,10 @@ def test_build_then_serve_without_compiling(tmp_path):
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["kda"] and r["built"] and not r["problems"], r
     assert r["err"] < 0.05, r  # bf16 output vs fp64 reference
+    # an empty cache in a process serving on the H200: SGLang's kernel serves, and status() says why
+    env["KDA_KERNELS_CACHE"] = str(tmp_path / "empty")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not r["kda"] and not r["built"] and r["err"] < 0.05, r
+    assert any("not built on this machine" in x for x in r["problems"]), r

@@ -139,6 +139,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _build_promoted() -> None:
+    """install() never compiles (a missing build leaves SGLang's kernel in place), so "on" would time SGLang on
+    both sides: build every promoted CUDA extension first (a lab command may compile; a serving process may not)."""
+    import kda_kernels
+
+    for key, r in kda_kernels.build().items():
+        state = ("already built" if r.get("was_built") else f"built in {r['seconds']:.1f} s") if r["ok"] else \
+            f"FAIL {r['error'][-300:]} (overlay-on rows will time SGLang's kernel for this family)"
+        print(f"kda e2e: {key} extension {r['extension']}: {state}", file=sys.stderr, flush=True)
+
+
 def cmd_e2e(args: argparse.Namespace) -> int:
     import torch
 
@@ -164,6 +175,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e} "
               "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
         return 2
+    if device.startswith("cuda"):
+        _build_promoted()
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
     run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
