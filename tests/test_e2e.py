@@ -73,7 +73,9 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
         else:
             assert rec["timing"] == "construction only (cpu)" and "sgl_kernel" in rec["error"]
         assert "apply_group_norm_silu:installed" in rec["overlay"], rec["overlay"]
-        assert "group_norm_silu:h200:c003@" in rec["promoted"], rec["promoted"]
+        export = json.loads((REPO / "kda_kernels/diffusion/group_norm_silu/_impls/h200/KDA_EXPORT.json").read_text())
+        want = f"group_norm_silu:h200:{export['candidate_id']}@{export['source_hash']}"
+        assert want in rec["promoted"], rec["promoted"]
     # install() rebinds the module-level call sites of SGLang's VAE code: the e2e run goes through them
     assert "call site(s) in vaes.hunyuanvae" in rows["hunyuanvideo_vae_decode"]["overlay"]
     assert "call site(s) in upsampler.latent_upsampler" in rows["ltx2_latent_upsampler"]["overlay"]
