@@ -85,9 +85,10 @@ def _gns(device: str, dtypes: tuple[torch.dtype, ...], big: bool) -> Iterator[Ca
         yield case("empty_spatial", t(2, C, 0, dtype=dt))
         if big:  # GPU: the KDA impl's sizes (groups > 16 KB) and SGLang's chunked path (groups >= 2^18)
             xk = t(1, 64, 64, 64, dtype=dt)
-            yield case("kda_size", xk, groups=8)
+            wk, bk = (t(64, dtype=torch.float32).abs() + 0.5).to(dt), t(64, dtype=dt)  # the affine has x's 64 channels
+            yield case("kda_size", xk, wk, bk, groups=8)
             yield case("kda_size_affine_strided", xk, t(128, dtype=dt)[::2], t(128, dtype=dt)[::2], groups=8)
-            yield case("kda_size_channels_last", xk.to(memory_format=torch.channels_last), groups=8)
+            yield case("kda_size_channels_last", xk.to(memory_format=torch.channels_last), wk, bk, groups=8)
             xc = t(1, 4, 256, 1024, dtype=dt)
             yield case("chunked", xc, t(4, dtype=dt), t(4, dtype=dt), groups=1)
             yield case("chunked_affine_strided", xc, t(8, dtype=dt)[::2], t(8, dtype=dt)[::2], groups=1)
