@@ -235,34 +235,16 @@ def build_ltx2(device: str, tiny: bool, blocks: int | None) -> Built:
 def build_hunyuan_vae(device: str, tiny: bool, blocks: int | None) -> Built:
     # Untiled decode of latent [1,16,5,32,32]: every GroupNorm+SiLU of it is a production row
     # (hunyuanvideo_apply_1x512x5x32x32 ... hunyuanvideo_apply_1x128x17x256x256), fp16.
-    from sglang.multimodal_gen.configs.models.vaes import HunyuanVAEConfig
-
-    cfg = HunyuanVAEConfig()
-    cfg.load_encoder = False
-    if tiny:
-        cfg.arch_config.block_out_channels = (16, 16, 32, 32)
-        cfg.arch_config.layers_per_block = 1
-        cfg.arch_config.norm_num_groups = 8
-        latent = (1, 16, 2, 2, 2)
-    else:
-        latent = (1, 16, 5, 32, 32)
-    dtype = torch.float16
-    from sglang.multimodal_gen.runtime.models.vaes.hunyuanvae import AutoencoderKLHunyuanVideo
-
-    with torch.device(device):
-        vae = AutoencoderKLHunyuanVideo(cfg)
-    vae = vae.to(dtype=dtype).eval()
-    init_weights(vae, 13)
-    gen = torch.Generator().manual_seed(14)
-    z = _rand(gen, latent, dtype, device)
-    return Built(vae, lambda: _first(vae.decoder(vae.post_quant_conv(z))),
-                 {"block_out_channels": list(cfg.arch_config.block_out_channels), "tiling": False},
-                 f"latent {list(latent)}")
+    return _hunyuan_vae(device, tiny, (1, 16, 5, 32, 32), seed=13, tiled=False)
 
 
 def build_hunyuan_vae_tiled(device: str, tiny: bool, blocks: int | None) -> Built:
     # SGLang's default (tiled) decode, vae.decode(z), of a 33x480x848 video: latent [1,16,9,60,106]; its tiles give
     # the width-10/12 GroupNorm+SiLU rows (hunyuanvideo_apply_1x512x5x32x10 ... hunyuanvideo_apply_1x128x17x96x80).
+    return _hunyuan_vae(device, tiny, (1, 16, 9, 60, 106), seed=19, tiled=True)
+
+
+def _hunyuan_vae(device: str, tiny: bool, latent: tuple[int, ...], seed: int, tiled: bool) -> Built:
     from sglang.multimodal_gen.configs.models.vaes import HunyuanVAEConfig
     from sglang.multimodal_gen.runtime.models.vaes.hunyuanvae import AutoencoderKLHunyuanVideo
 
@@ -273,18 +255,17 @@ def build_hunyuan_vae_tiled(device: str, tiny: bool, blocks: int | None) -> Buil
         cfg.arch_config.layers_per_block = 1
         cfg.arch_config.norm_num_groups = 8
         latent = (1, 16, 2, 2, 2)
-    else:
-        latent = (1, 16, 9, 60, 106)
     dtype = torch.float16
     with torch.device(device):
         vae = AutoencoderKLHunyuanVideo(cfg)
     vae = vae.to(dtype=dtype).eval()
-    init_weights(vae, 19)
-    gen = torch.Generator().manual_seed(20)
+    init_weights(vae, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
     z = _rand(gen, latent, dtype, device)
-    return Built(vae, lambda: _first(vae.decode(z)),
-                 {"block_out_channels": list(cfg.arch_config.block_out_channels), "tiling": "SGLang default"},
-                 f"latent {list(latent)}")
+    # tiled: SGLang's vae.decode (its default tiling); untiled: the decoder on the whole latent
+    forward = (lambda: _first(vae.decode(z))) if tiled else (lambda: _first(vae.decoder(vae.post_quant_conv(z))))
+    return Built(vae, forward, {"block_out_channels": list(cfg.arch_config.block_out_channels),
+                                "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}")
 
 
 def build_flux_vae(device: str, tiny: bool, blocks: int | None) -> Built:
