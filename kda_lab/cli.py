@@ -93,6 +93,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not dirs:
         print("no task folders found under kernels/")
         return 1
+    if not args.tasks:  # the whole lab: the end-to-end ledger too
+        from kda_lab.e2e import ledger as e2e_ledger
+        from kda_lab.paths import repo_root
+
+        problems = e2e_ledger.validate(repo_root())
+        print(f"{'ok     ' if not problems else 'INVALID'} {e2e_ledger.E2E_DIR}/{e2e_ledger.E2E_FILE}")
+        for p in problems:
+            print(f"    {p}")
+        bad += bool(problems)
     return 1 if bad else 0
 
 

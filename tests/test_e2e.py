@@ -170,6 +170,33 @@ def test_ledger_is_append_only_and_hash_chained(tmp_path: Path) -> None:
     assert any("hash chain broken" in x for x in ledger.validate(root))
 
 
+def test_kda_validate_checks_the_e2e_ledger_against_its_git_history(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A committed truncation of e2e/benchmark.csv (the task ledgers' rule, issue #10 item 5) fails `kda validate`."""
+    from kda_lab import cli
+    from kda_lab.e2e import ledger
+
+    root = tmp_path / "lab"
+    (root / "kernels").mkdir(parents=True)
+    (root / "kda_lab").mkdir()
+    monkeypatch.setenv("KDA_ROOT", str(root))
+    shutil.copytree(REPO / "kernels" / "h200_diffusion_fuse_scale_shift__multi_shape",
+                    root / "kernels" / "h200_diffusion_fuse_scale_shift__multi_shape",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    ledger.append(root, [_gpu_row("r1", "a", 1.01, {"conv": 1.0}), _gpu_row("r2", "a", 1.02, {"conv": 1.0})])
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "two rows"], check=True)
+    assert cli.main(["validate"]) == 0
+    p = ledger.path(root)
+    p.write_text("".join(p.read_text().splitlines(keepends=True)[:-1]))  # drop the last row, then commit
+    subprocess.run([*git, "commit", "-qam", "truncated"], check=True)
+    assert ledger.validate(root) and cli.main(["validate"]) == 1
+    p.write_text(p.read_text().rstrip("\n"))  # cut mid-line
+    assert any("last line is cut" in x for x in ledger.validate(root))
+
+
 def test_report_section_and_plot_from_the_latest_gpu_rows(tmp_path: Path) -> None:
     from kda_lab.e2e import ledger
     from kda_lab.e2e import report as e2e_report

@@ -2,7 +2,8 @@
 
 Same discipline as the task ledgers (kda_lab.ledger): a fixed header, a hash chain over every row (``chain`` =
 sha256 of the previous chain and this row's content, kda_lab.ledger's helper), and the committed file must be a
-prefix of the working copy (kda_lab.ledger.validate_against_git). Mistakes are fixed by a run that names the run
+prefix of the working copy and every committed version must extend the one before it (kda_lab.ledger's
+validate_against_git and validate_git_history, the rules of the task ledgers). `kda validate` runs it. Mistakes are fixed by a run that names the run
 it supersedes, never by editing.
 """
 
@@ -13,7 +14,15 @@ import io
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger import LedgerError, _chain, _fmt, _row_content, now_iso, validate_against_git
+from kda_lab.ledger import (
+    LedgerError,
+    _chain,
+    _fmt,
+    _row_content,
+    now_iso,
+    validate_against_git,
+    validate_git_history,
+)
 
 E2E_DIR = "e2e"
 E2E_FILE = "benchmark.csv"
@@ -73,7 +82,8 @@ def append(root: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def validate(root: Path) -> list[str]:
-    """Header, statuses, numbers, environment columns, hash chain, append-only against git HEAD."""
+    """Header, statuses, numbers, environment columns, hash chain, a cut last line, and append-only against the
+    whole git history and HEAD (the task ledgers' rules)."""
     p = path(root)
     if not p.exists():
         return []
@@ -102,4 +112,6 @@ def validate(root: Path) -> list[str]:
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
         prev = row["chain"]
-    return problems + validate_against_git(p)
+    if not text.endswith("\n"):
+        problems.append(f"{E2E_DIR}/{E2E_FILE}: the last line is cut (no newline at the end of the file)")
+    return problems + validate_git_history(p) + validate_against_git(p)
