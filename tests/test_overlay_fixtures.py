@@ -47,6 +47,18 @@ def sglang_available() -> bool:
 needs_sglang = pytest.mark.skipif(not sglang_available(), reason="needs the sglang 0.5.23 package (CPU venv)")
 
 
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - a broken torch means no GPU tests, not an import error
+        return False
+
+
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+
+
 # ------------------------------------------------------------------------------------------ fixture impls
 
 IMPL_HEADER = '''"""Fixture impl (tests): fp32 torch references with call counters."""

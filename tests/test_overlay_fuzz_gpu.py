@@ -27,16 +27,7 @@ sys.modules.setdefault("kda_overlay_fixtures", fx)
 _spec.loader.exec_module(fx)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False
-
-
-pytestmark = [pytest.mark.gpu, fx.needs_sglang, pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, fx.needs_sglang, fx.needs_cuda]
 
 LOAD_CASES = f"""
 sys.path.insert(0, {str(Path(__file__).parent)!r})

@@ -20,16 +20,7 @@ sys.modules.setdefault("kda_overlay_fixtures", fx)
 _spec.loader.exec_module(fx)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False
-
-
-pytestmark = [pytest.mark.gpu, fx.needs_sglang, pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, fx.needs_sglang, fx.needs_cuda]
 
 # An h200 and a b200 impl that differ observably (the b200 one must never run on an H200), plus a contract.
 SUPPORTS_BF16 = '''
