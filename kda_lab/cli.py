@@ -12,7 +12,7 @@ from kda_lab.evidence import bench_row_counts
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
 def task_status(task: Task) -> str:
@@ -115,14 +115,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         except InterpreterUnavailable as e:
             print(f"kda: {e}", file=sys.stderr)
             return 2
-    from kda_lab.run import run_check
+    from kda_lab.measure.run import run_check
 
     report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
     return 1 if report.failed("candidate") else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kda_lab.run import run_bench
+    from kda_lab.measure.run import run_bench
 
     mode = "aa" if args.aa else "baseline-only" if args.baseline_only else "bench"
     task = load_task(args.task)
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kda: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        from kda_lab.run import RunError
+        from kda_lab.measure.run import RunError
 
         if isinstance(e, RunError):
             print(f"kda: {e}", file=sys.stderr)

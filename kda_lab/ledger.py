@@ -21,6 +21,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from kda_lab.stats import geomean
+
 BENCHMARK_FILE = "benchmark.csv"
 SOLUTIONS_FILE = "solutions.jsonl"
 
@@ -38,7 +40,7 @@ BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (
         "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang",
         "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
     ),
-    (  # v2: + overlay (was kda_kernels installed in the measuring process; kda_lab.env.overlay_state)
+    (  # v2: + overlay (was kda_kernels installed in the measuring process; kda_lab.measure.env.overlay_state)
         "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
         "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
         "baseline_us", "baseline_p10_us", "baseline_p90_us",
@@ -473,13 +475,6 @@ def _f(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(x) else x
-
-
-def geomean(values: list[float]) -> float:
-    vals = [v for v in values if v is not None and v > 0]
-    if not vals:
-        return float("nan")
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def summarize_run(rows: list[dict[str, Any]], column: str = "speedup") -> dict[str, Any]:

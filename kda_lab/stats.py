@@ -7,7 +7,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kda_lab.ledger import geomean
+
+def geomean(values: list[float]) -> float:
+    """Equal-weight geometric mean of the positive values (nan when there are none)."""
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals:
+        return float("nan")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -38,9 +38,9 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
     def test_candidate_and_sglang_in_interpreter(row: str, dtype: str) -> None:
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("interpreter tests run on a CPU host (TRITON_INTERPRET=1, set by conftest.py without a GPU)")
-        from kda_lab.correctness import check_row
         from kda_lab.interpret import cuda_sources, interpretable, sglang_fallbacks_interpretable
-        from kda_lab.run import candidate_identity
+        from kda_lab.measure.correctness import check_row
+        from kda_lab.measure.run import candidate_identity
 
         cand = candidate_identity(task, register=False)
         cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
@@ -59,8 +59,8 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
     def test_candidate_on_gpu(row: str) -> None:
         import torch
 
-        from kda_lab.correctness import check_row
-        from kda_lab.run import candidate_identity, cuda_device, resolve_entry
+        from kda_lab.measure.correctness import check_row
+        from kda_lab.measure.run import candidate_identity, cuda_device, resolve_entry
 
         if not torch.cuda.is_available():
             pytest.skip(f"needs a CUDA GPU ({task.arch}); on CPU the candidate is checked in the interpreter")

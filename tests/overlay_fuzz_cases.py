@@ -126,8 +126,8 @@ def _offset(t: torch.Tensor) -> torch.Tensor:
 
 def _from_test_rows(fn: str, device: str) -> Iterator[Case]:
     from kda_lab.families import family_module
-    from kda_lab.inputs import make_inputs
-    from kda_lab.workloads import parse_workload
+    from kda_lab.measure.inputs import make_inputs
+    from kda_lab.task.workloads import parse_workload
 
     rows = getattr(family_module(family_of(fn)), "TEST_ROWS", None)
     if not rows:
@@ -163,7 +163,7 @@ def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool) -> I
 # -------------------------------------------------------------------------------------------- comparing
 
 def _private(args: dict[str, Any]) -> dict[str, Any]:
-    from kda_lab.inputs import clone_args
+    from kda_lab.measure.inputs import clone_args
 
     return clone_args(args) if "norm" not in args else dict(args)
 

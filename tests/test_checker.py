@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kda_lab.correctness import check_row, compare
 from kda_lab.families import contract
 from kda_lab.families.fuse_scale_shift import fuse_scale_shift_reference, select01_reference
+from kda_lab.measure.correctness import check_row, compare
 from kda_lab.task import Tolerance, load_task
 from tests.conftest import FSS
 

@@ -19,9 +19,9 @@ import torch
 
 import kda_kernels
 from kda_kernels.registry import TARGETS
-from kda_lab.correctness import as_installed
 from kda_lab.families import contract
-from kda_lab.inputs import make_inputs
+from kda_lab.measure.correctness import as_installed
+from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_candidate, load_task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kda_lab.correctness import check_row
 from kda_lab.families import contract
 from kda_lab.families.group_norm_silu import (
     BYTE_MODELS,
@@ -22,7 +21,8 @@ from kda_lab.families.group_norm_silu import (
     prepare_apply,
     triton_oracle,
 )
-from kda_lab.inputs import make_inputs
+from kda_lab.measure.correctness import check_row
+from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_task
 
 TASKS = ("h200_diffusion_group_norm_silu__multi_shape", "b200_diffusion_group_norm_silu__multi_shape")
@@ -226,7 +226,7 @@ def test_offset_rows_are_what_they_claim() -> None:
 @pytest.fixture
 def shimmed(monkeypatch: pytest.MonkeyPatch):
     from kda_lab.interpret import InterpreterUnavailable
-    from kda_lab.interpret_shims_gn import APPLY_MODULE, TRITON_MODULE, interpretable_group_norm
+    from kda_lab.interpret.shims.group_norm_silu import APPLY_MODULE, TRITON_MODULE, interpretable_group_norm
 
     try:
         fns = {"triton_group_norm_silu": interpretable_group_norm(TRITON_MODULE, "triton_group_norm_silu"),
@@ -267,8 +267,8 @@ def test_sglang_single_pass_variance_misses_the_offset_rows(shimmed, row_name: s
 
 
 def test_install_routes_only_the_group_norm_functions(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kda_lab.interpret as interp
-    from kda_lab import interpret_shims_gn
+    from kda_lab.interpret import interpreter as interp
+    from kda_lab.interpret.shims import group_norm_silu as interpret_shims_gn
 
     seen = []
     monkeypatch.setattr(interp, "ROUTES", {})
@@ -301,7 +301,7 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
     import os
     from pathlib import Path
 
-    from kda_lab.stamp import CAPTURES_DIR_ENV
+    from kda_lab.task.stamp import CAPTURES_DIR_ENV
 
     task = load_task(task_name)
     arch = task.arch

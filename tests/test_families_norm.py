@@ -19,12 +19,12 @@ import sys
 import pytest
 import torch
 
-from kda_lab.correctness import check_row
 from kda_lab.families import contract
 from kda_lab.families import norm_infer as NI
 from kda_lab.families import norm_scale_shift as NSS
 from kda_lab.families import norm_tanh_mul_add as NTM
-from kda_lab.inputs import make_inputs
+from kda_lab.measure.correctness import check_row
+from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_candidate, load_task
 from tests.conftest import REPO
 
@@ -558,8 +558,8 @@ def test_interpreter_shim_reaches_sglangs_one_pass_kernel():
 
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("CPU interpreter only")
-    from kda_lab import interpret
-    from kda_lab import interpret_shims_norm as shims
+    from kda_lab.interpret import interpreter as interpret
+    from kda_lab.interpret.shims import norm_infer as shims
 
     x, w = torch.randn(4, 128), torch.randn(128)
     plain = interpret.recompiled  # the generic path, without any family route

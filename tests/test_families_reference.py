@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from kda_lab import baselines
-from kda_lab.correctness import check_row
 from kda_lab.families import FAMILY_FUNCTIONS, contract, family_module, mha
 from kda_lab.families import int8_scaled_mm as i8
-from kda_lab.run import resolve_entry
+from kda_lab.measure.correctness import check_row
+from kda_lab.measure.run import resolve_entry
 from kda_lab.task import load_task
 
 INT8_TASKS = ("h200_int8_scaled_mm__m64_n2048_k2048_bias", "b200_int8_scaled_mm__m64_n2048_k2048_bias")
@@ -75,7 +75,7 @@ def test_byte_model_counts_int8_bytes() -> None:
 
 
 def test_row_values_cover_the_int8_range() -> None:
-    from kda_lab.inputs import make_inputs
+    from kda_lab.measure.inputs import make_inputs
 
     task = load_task(INT8_TASKS[0])
     a = i8.prepare(make_inputs(task.workloads[0], "cpu", 0))

@@ -13,7 +13,6 @@ import math
 import pytest
 import torch
 
-from kda_lab.correctness import check_row
 from kda_lab.families import contract
 from kda_lab.families.qknorm_rope import qknorm_rope_oracle, qknorm_rope_reference
 from kda_lab.families.rotary_embedding import (
@@ -22,7 +21,8 @@ from kda_lab.families.rotary_embedding import (
     rotary_oracle,
     rotary_reference,
 )
-from kda_lab.inputs import make_inputs
+from kda_lab.measure.correctness import check_row
+from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_task
 
 QK = load_task("h200_diffusion_qknorm_rope__multi_shape")

@@ -1,4 +1,4 @@
-"""Launchers: scripts/launch_kda_kernel_task.sh, the generated kNN wrappers and kda_lab/launchers.py.
+"""Launchers: scripts/launch_kda_kernel_task.sh, the generated kNN wrappers and kda_lab/launch/launchers.py.
 
 Every launcher test runs the real scripts inside a throwaway git repository under tmp_path, with a stub
 ``claude`` on PATH that records its argv, working directory and environment. Nothing here touches the
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kda_lab import launchers  # noqa: E402
+from kda_lab.launch import launchers  # noqa: E402
 
 LAUNCHER = REPO / "scripts" / "launch_kda_kernel_task.sh"
 H200 = "h200_diffusion_qknorm_rope__multi_shape"
@@ -883,7 +883,7 @@ def test_corrupt_order_file_is_rejected(tmp_path: Path, content: str) -> None:
 def test_module_cli_regenerates(tmp_path: Path) -> None:
     add_task(tmp_path, H200, "h200")
     r = subprocess.run(
-        [sys.executable, "-m", "kda_lab.launchers", "--root", str(tmp_path)],
+        [sys.executable, "-m", "kda_lab.launch", "--root", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -904,14 +904,14 @@ def test_repository_launchers_are_generated_and_current() -> None:
     assert order[: len(launchers.CANONICAL_ORDER)] == list(launchers.CANONICAL_ORDER)
     expected = {launchers.launcher_name(order.index(s) + 1, s) for s in slugs if s in order}
     missing_from_order = [s for s in slugs if s not in order]
-    assert not missing_from_order, f"run: python -m kda_lab.launchers (new tasks {missing_from_order})"
+    assert not missing_from_order, f"run: python -m kda_lab.launch (new tasks {missing_from_order})"
     present = {p.name for p in directory.glob("k*.sh")}
-    assert expected <= present, f"run: python -m kda_lab.launchers (missing {sorted(expected - present)})"
+    assert expected <= present, f"run: python -m kda_lab.launch (missing {sorted(expected - present)})"
     for name in expected:
         m = re.fullmatch(r"k(\d+)_(.+)\.sh", name)
         text = launchers.launcher_text(int(m.group(1)), m.group(2))
         assert (directory / name).read_text() == text, (
-            f"{name} was edited by hand; run python -m kda_lab.launchers"
+            f"{name} was edited by hand; run python -m kda_lab.launch"
         )
         assert os.access(directory / name, os.X_OK)
 

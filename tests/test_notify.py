@@ -1,4 +1,4 @@
-"""kda_lab.notify: webhook POST of a one-line JSON summary; never fails the run."""
+"""kda_lab.measure.notify: webhook POST of a one-line JSON summary; never fails the run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kda_lab import notify as notify_mod
-from kda_lab.notify import notify
+from kda_lab.measure import notify as notify_mod
+from kda_lab.measure.notify import notify
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kda_lab import ncu, profile
 from kda_lab.cli import main as kda_main
+from kda_lab.profile import command as profile
+from kda_lab.profile import ncu
 from tests.conftest import FSS, REPO
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kda_lab import ledger, report
+from kda_lab.report import markdown
 from kda_lab.task import load_task
 from tests.conftest import FSS, REPO
 
@@ -277,13 +278,13 @@ def test_aa_spread_and_sol_cells(tmp_path: Path) -> None:
     t = task_report(root)
     spread = t.latest_aa.aa()
     assert spread["max_dev"] == pytest.approx(0.004)
-    assert report._aa_text(t) == f"{spread['geomean']:.4f}, max 0.40%"
+    assert markdown._aa_text(t) == f"{spread['geomean']:.4f}, max 0.40%"
     head, _ = t.headline()
     sols = head.large_sol()
     assert sols and all(b >= report.LARGE_ROW_BYTES for b in
                         (r["bytes"] for r in head.rows if r["row"] in dict(sols)))
     lo, hi = min(v for _, v in sols), max(v for _, v in sols)
-    assert report._sol_text(head) == f"{lo:.2f}–{hi:.2f}!"
+    assert markdown._sol_text(head) == f"{lo:.2f}–{hi:.2f}!"
 
 
 def test_unreadable_task_toml_is_reported_not_fatal(tmp_path: Path) -> None:
@@ -312,7 +313,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_size_classes_end_where_the_report_counts_sol() -> None:
-    from kda_lab import plots
+    from kda_lab.report import plots
 
     bounds = [b for b, _ in plots.SIZE_CLASSES]
     assert bounds == sorted(bounds) and bounds[-2] == report.LARGE_ROW_BYTES and bounds[-1] == float("inf")
@@ -323,7 +324,7 @@ def test_size_classes_end_where_the_report_counts_sol() -> None:
 def test_groupnorm_plots_are_a_grid_by_function_and_size_class_that_fits_a_screen(tmp_path: Path) -> None:
     """The 102-row GroupNorm task (real ledgers): every row once, in the panel of its function and size class,
     smallest first; both per-row PNGs fit a 1920×1080 screen (one column of bars was 1486×8233)."""
-    from kda_lab import plots
+    from kda_lab.report import plots
 
     root = lab_root(tmp_path, real_ledgers=False)
     shutil.copytree(REPO / "kernels" / GN, root / "kernels" / GN, ignore=shutil.ignore_patterns("src", "__pycache__"))
@@ -353,7 +354,7 @@ def test_groupnorm_plots_are_a_grid_by_function_and_size_class_that_fits_a_scree
 
 
 def test_a_task_with_one_function_and_one_size_class_is_one_panel(tmp_path: Path) -> None:
-    from kda_lab import plots
+    from kda_lab.report import plots
 
     root = lab_root(tmp_path, real_ledgers=False)
     task_dir = root / "kernels" / FSS

@@ -26,8 +26,8 @@ GNS = "sglang.kernels.ops.diffusion.norm.group_norm_silu_triton"
 
 SETUP = f"""
 from kda_lab.task import load_task
-from kda_lab.run import RunError, resolve_baseline, resolve_entry
-from kda_lab.env import overlay_state
+from kda_lab.measure.run import RunError, resolve_baseline, resolve_entry
+from kda_lab.measure.env import overlay_state
 import kda_kernels
 task = load_task({str(TASK)!r})
 # in a list: install() rebinds every module global holding SGLang's function, __main__'s included (#10 item 11)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kda_lab.stamp import StampError, new_task, todo_markers
 from kda_lab.task import load_task, validate_task_dir
+from kda_lab.task.stamp import StampError, new_task
+from kda_lab.task.validate import todo_markers
 from tests.conftest import REPO
 
 CAPTURE = [
@@ -84,6 +85,6 @@ def test_cli_new_task(root: Path):
 
 def test_capture_arguments_are_named_from_sglangs_own_definition():
     """On a CPU host apply_rotary_embedding is a (*args, **kwargs) fallback; names must come from the source."""
-    from kda_lab.stamp import sglang_parameters
+    from kda_lab.task.stamp import sglang_parameters
 
     assert sglang_parameters("apply_rotary_embedding") == ["x", "cos", "sin", "interleaved"]

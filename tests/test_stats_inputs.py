@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from kda_lab.byte_model import tbps
-from kda_lab.inputs import clone_args, make_inputs, make_tensor, rotation_count, set_bytes
 from kda_lab.ledger import geomean
+from kda_lab.measure.inputs import clone_args, make_inputs, make_tensor, rotation_count, set_bytes
 from kda_lab.stats import aa_spread, interleaved_order, percentile, summarize
 from kda_lab.task import load_task
-from kda_lab.workloads import TensorSpec
+from kda_lab.task.byte_model import tbps
+from kda_lab.task.workloads import TensorSpec
 from tests.conftest import FSS
 
 TASK = load_task(FSS)

@@ -31,7 +31,7 @@ pytestmark = [
 
 def gpu_check(slug: str, register: str | None, rows: list[str], tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
-    from kda_lab.run import run_check
+    from kda_lab.measure.run import run_check
 
     task_copy(tmp_path / "lab", slug, register, monkeypatch)
     lines: list[str] = []

@@ -153,8 +153,8 @@ def _build_promoted() -> None:
 def cmd_e2e(args: argparse.Namespace) -> int:
     import torch
 
-    from kda_lab import env as envmod
     from kda_lab.e2e import ledger, models, runtime
+    from kda_lab.measure import env as envmod
     from kda_lab.paths import repo_root
 
     try:

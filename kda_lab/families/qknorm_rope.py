@@ -125,7 +125,7 @@ BYTE_MODELS = {
 }
 
 
-# Test rows the stamper writes into every task of this family (kda_lab/stamp.py): SGLang's own test shapes,
+# Test rows the stamper writes into every task of this family (kda_lab/task/stamp.py): SGLang's own test shapes,
 # fused-qkv views, partial rotary, GQA, fp16, round_norm_before_rope with full-width / bf16 caches, eps,
 # one token, one long sequence. None is 'tiny': the baseline is a JIT CUDA kernel (no interpreter).
 TEST_ROWS = """

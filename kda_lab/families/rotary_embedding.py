@@ -120,8 +120,8 @@ BYTE_MODELS = {
 }
 
 
-# Test rows the stamper writes into every task of this family (kda_lab/stamp.py): 'tiny' rows the CPU
-# interpreter runs (with kda_lab/interpret_shims_rope.py), large-|x| LTX-2, two large standard-rotary shapes.
+# Test rows the stamper writes into every task of this family (kda_lab/task/stamp.py): 'tiny' rows the CPU
+# interpreter runs (with kda_lab/interpret/shims/rotary_embedding.py), large-|x| LTX-2, two large standard-rotary shapes.
 TEST_ROWS = """
 # ---------------------------------------------------------------- test rows
 # Rows tagged 'tiny' also run SGLang's real Triton kernels in the CPU interpreter (fp32 and fp16 copies of the

@@ -20,11 +20,11 @@ import vae_block_site  # noqa: E402
 
 import kda_kernels  # noqa: E402
 from kda_lab import ledger  # noqa: E402
-from kda_lab.env import capture  # noqa: E402
+from kda_lab.measure.env import capture  # noqa: E402
+from kda_lab.measure.run import new_run_id  # noqa: E402
+from kda_lab.measure.timing import GraphTimer, host_time_us, time_interleaved  # noqa: E402
 from kda_lab.paths import repo_root  # noqa: E402
-from kda_lab.run import new_run_id  # noqa: E402
 from kda_lab.task import load_task, source_hash  # noqa: E402
-from kda_lab.timing import GraphTimer, host_time_us, time_interleaved  # noqa: E402
 
 SHAPES = [(1, 512, 3, 48, 40), (1, 256, 5, 96, 80), (1, 512, 2, 64, 64)]  # HunyuanVideo VAE production shapes
 

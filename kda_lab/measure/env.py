@@ -62,7 +62,7 @@ def driver_version() -> str:
 def overlay_state() -> str:
     """The ``overlay`` column: ``off``, or ``on:`` and the SGLang functions kda_kernels has swapped in this
     process (the SGLang patch installs it at ``import sglang``). Baselines resolve SGLang's originals either
-    way (kda_lab.run.resolve_baseline); the column says what else in the process was KDA's."""
+    way (kda_lab.measure.run.resolve_baseline); the column says what else in the process was KDA's."""
     overlay = sys.modules.get("kda_kernels.overlay")
     installed = sorted(overlay.installed()) if overlay is not None else []
     return "on:" + "+".join(installed) if installed else "off"

@@ -20,12 +20,13 @@ from typing import Any
 
 from kda_lab import ARCH_CAPABILITY, ledger
 from kda_lab.families import FAMILY_FUNCTIONS
+from kda_lab.launch.launchers import write_launcher
 from kda_lab.paths import kernels_dir, repo_root
 from kda_lab.sglang_source import parameters
-from kda_lab.task import TaskError
+from kda_lab.task.schema import TaskError
+from kda_lab.task.validate import TODO
 
 TEMPLATE_DIR = Path(__file__).parent / "templates" / "task"
-TODO = "TODO(stamp)"
 ARCH_FACTS = {
     "h200": {
         "gpu": "H200",
@@ -194,25 +195,8 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     for sub in ("docs", "profile", "ncu"):
         (dest / sub).mkdir(exist_ok=True)
         (dest / sub / ".gitkeep").touch()
-    try:
-        from kda_lab.launchers import write_launcher
-
-        write_launcher(repo_root(), slug)
-    except ImportError:  # launchers are optional for the stamper's own tests
-        pass
+    write_launcher(repo_root(), slug)
     return dest
-
-
-def todo_markers(task_dir: Path) -> list[str]:
-    """Unresolved stamp markers in a task folder's hand-edited files."""
-    found = []
-    for name in ("prompt.md", "interface.md", "task.toml", "src/register.py"):
-        p = task_dir / name
-        if p.exists():
-            for i, line in enumerate(p.read_text().splitlines(), start=1):
-                if TODO in line:
-                    found.append(f"{task_dir.name}/{name}:{i}: unresolved {TODO}")
-    return found
 
 
 def cmd_new_task(args: argparse.Namespace) -> int:

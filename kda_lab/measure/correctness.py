@@ -24,9 +24,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kda_lab.families.base import FunctionContract
-from kda_lab.inputs import clone_args, make_inputs
+from kda_lab.measure.inputs import clone_args, make_inputs
 from kda_lab.task import Task, Tolerance
-from kda_lab.workloads import Workload
+from kda_lab.task.workloads import Workload
 
 _EMPTY_FNS = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
 

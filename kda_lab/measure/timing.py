@@ -90,7 +90,7 @@ def host_time_us(call: Call, arg_sets: list[dict[str, Any]], calls: int = 50) ->
 def copy_yardstick(nbytes: int, sets: int, device: torch.device) -> GraphTimer:
     """A same-size streaming copy (nbytes/2 read + nbytes/2 written), rotated like the kernels' inputs.
     A Triton kernel, not Tensor.copy_, which drops to ~2.8 TB/s inside graphs at >= 1 GiB on the H200."""
-    from kda_lab.yardstick import copy_kernel_call
+    from kda_lab.measure.yardstick import copy_kernel_call
 
     # int32 elements per buffer (nbytes / 2 each way), rounded up to 1024 so Triton sees 16-byte-divisible
     # sizes and vectorizes; an unaligned count silently made the yardstick ~20% slower (measured).

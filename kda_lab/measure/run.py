@@ -21,18 +21,18 @@ from typing import Any
 import torch
 
 from kda_lab import ledger
-from kda_lab.byte_model import tbps
-from kda_lab.correctness import RowResult, check_row
-from kda_lab.env import capture
 from kda_lab.evidence import gpu_model_arch, not_evidence_notice
 from kda_lab.families import contract
-from kda_lab.inputs import make_inputs, rotation_count
-from kda_lab.notify import notify
+from kda_lab.measure.correctness import RowResult, check_row
+from kda_lab.measure.env import capture
+from kda_lab.measure.inputs import make_inputs, rotation_count
+from kda_lab.measure.notify import notify
+from kda_lab.measure.progress import progress
 from kda_lab.paths import repo_root
-from kda_lab.progress import progress
 from kda_lab.stats import aa_spread
 from kda_lab.task import FunctionSpec, Task, TaskError, load_candidate, source_hash
-from kda_lab.workloads import Workload
+from kda_lab.task.byte_model import tbps
+from kda_lab.task.workloads import Workload
 
 
 class RunError(RuntimeError):
@@ -234,7 +234,7 @@ def _fmt_us(v: float | None) -> str:
 
 def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, seed: int, compile_peer: bool,
               device: torch.device) -> dict[str, Any]:
-    from kda_lab.timing import GraphTimer, copy_yardstick, host_time_us, time_interleaved
+    from kda_lab.measure.timing import GraphTimer, copy_yardstick, host_time_us, time_interleaved
 
     c = contract(task.family, w.fn)
     spec = task.functions[w.fn]

@@ -12,10 +12,10 @@ from types import ModuleType
 from typing import Any
 
 from kda_lab import ARCH_CAPABILITY, SGLANG_PIN
-from kda_lab.byte_model import ByteModel
 from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.paths import kernels_dir
-from kda_lab.workloads import DTYPES, TensorSpec, Workload, parse_workload
+from kda_lab.task.byte_model import ByteModel
+from kda_lab.task.workloads import DTYPES, Workload, parse_workload
 
 REQUIRED_FILES = (
     "prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
@@ -202,36 +202,3 @@ def load_candidate(task: Task) -> ModuleType:
         raise TaskError(f"{path}: EXPORTS keys must equal the task's functions (missing {sorted(missing)}, "
                         f"unexpected {sorted(extra)})")
     return module
-
-
-def validate_task_dir(path: Path) -> list[str]:
-    """Every contract check of one folder; returns problems (empty = valid)."""
-    from kda_lab import ledger  # local: ledger has no task dependency
-
-    problems: list[str] = []
-    path = Path(path)
-    for rel in REQUIRED_FILES:
-        if not (path / rel).exists():
-            problems.append(f"{path.name}: missing {rel}")
-    try:
-        task = load_task(path)
-    except TaskError as e:
-        return problems + [str(e)]
-    for spec_name, spec in ((w.name, s) for w in task.workloads for s in w.tensor_specs().values()):
-        if isinstance(spec, TensorSpec) and spec.dist == "const" and spec.mean == 0:
-            problems.append(f"{path.name}: row {spec_name}: all-zero inputs are not allowed")
-    from kda_lab.stamp import todo_markers
-
-    problems += todo_markers(path)
-    prompt = (path / "prompt.md").read_text() if (path / "prompt.md").exists() else ""
-    other = {"h200": ("B200", "b200", "sm_100"), "b200": ("H200", "h200", "sm_90")}[task.arch]
-    leaked = [w for w in other if w in prompt]
-    if leaked:
-        problems.append(f"{path.name}: prompt.md of an {task.arch} task mentions {leaked}")
-    problems += ledger.validate_ledgers(path)  # the same code the exporter runs before its gate
-    if (path / "src/register.py").exists():
-        try:
-            load_candidate(task)
-        except Exception as e:  # noqa: BLE001 - any import failure is a contract problem to report
-            problems.append(f"{path.name}: src/register.py does not import cleanly: {type(e).__name__}: {e}")
-    return problems

@@ -34,7 +34,7 @@ from kda_lab.sglang_source import find_def
 INTERPRETER_DTYPES = ("float32", "float16")
 # Family shims for wrappers the generic recompile cannot run on CPU (each idempotent, each touching only the
 # SGLang kernels it names): rotary autotune/bf16 rounding, group-norm custom-op wrappers, one-pass RMS.
-SHIM_MODULES = ("kda_lab.interpret_shims_rope", "kda_lab.interpret_shims_gn", "kda_lab.interpret_shims_norm")
+SHIM_MODULES = ("kda_lab.interpret.shims.rotary_embedding", "kda_lab.interpret.shims.group_norm_silu", "kda_lab.interpret.shims.norm_infer")
 
 
 def install_shims() -> None:
@@ -176,7 +176,7 @@ def _wrapped(names: list[str], width: int = 100) -> list[str]:
 def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: list[str],
                    fallback_calls: Counter[str], verdict: CpuVerdict, show: Callable[[str], None]) -> None:
     """One tiny row in one dtype, every seed: the candidate's verdict line(s), added to ``verdict``."""
-    from kda_lab.correctness import check_row
+    from kda_lab.measure.correctness import check_row
 
     label = f"{w.name} [{dtype}]"
     if cuda:
@@ -215,7 +215,7 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
     interpreter too) for functions declared ``exact``. A CPU verdict, recorded as such: never GPU evidence.
 
     Exit status: 0 passed, 1 failed, 3 not checked (no row ran the candidate's own code on CPU)."""
-    from kda_lab.run import candidate_identity
+    from kda_lab.measure.run import candidate_identity
     from kda_lab.task import TaskError
 
     unknown = [d for d in dtypes if d not in ("float32", "float16", "bfloat16")]
@@ -261,9 +261,9 @@ def record_cpu_verdict(task: Any, cand: Any, verdict: CpuVerdict, dtypes: list[s
     """Append the CPU verdict to solutions.jsonl as an ``interpret`` event on device ``cpu-interpreter``: the
     exporter's gate reads only ``check`` events from a GPU, so this row can never count as evidence."""
     from kda_lab import ledger
-    from kda_lab.env import capture
+    from kda_lab.measure.env import capture
+    from kda_lab.measure.run import new_run_id
     from kda_lab.paths import repo_root
-    from kda_lab.run import new_run_id
 
     env = capture(repo_root(), None)
     ledger.append_solution(

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")
+# Bytes per element, so byte models need no torch (a test checks them against torch's itemsize).
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 DISTS = ("normal", "uniform", "randint", "const")
 ROW_KINDS = ("production", "test")
 

@@ -6,14 +6,14 @@ On the GPU box, for each side (the SGLang baseline through its public entry poin
     ncu --clock-control none --profile-from-start off --target-processes all --set full --import-source yes \\
         -f -o kernels/<task>/ncu/<row>.<impl> python -m kda_lab.profile --launch <task> --row <row> --impl <impl>
 
-The launched process builds the row's inputs with the harness's own generator (``kda_lab.inputs.make_inputs``,
+The launched process builds the row's inputs with the harness's own generator (``kda_lab.measure.inputs.make_inputs``,
 ``contract.prepared``), resolves the callable exactly as ``kda bench`` does (``resolve_entry`` /
 ``candidate_identity``), makes warm-up calls on a separate input set (JIT builds and autotuning happen
 there, outside the profiled range), then makes one call between ``cudaProfilerStart``/``Stop``: only the kernels
 of that call are profiled. ``KDA_LINEINFO=1`` is set for the launched process; CUDA candidates may honour it
 by compiling with ``-lineinfo`` (source-level view in ``ncu-ui``).
 
-The reports are exported with ``ncu --import R --csv --page raw``, parsed by :mod:`kda_lab.ncu`, and the digest
+The reports are exported with ``ncu --import R --csv --page raw``, parsed by :mod:`kda_lab.profile.ncu`, and the digest
 is written to ``kernels/<task>/profile/<row>.md``. The raw ``.ncu-rep`` files stay in ``kernels/<task>/ncu/``
 (ignored by git). ``--copy-to DIR`` also writes two files there (on the box: ``--copy-to $OUT``, so they come
 back): ``profile-<row>.md`` (the digest) and ``profile-<row>.tgz`` (digest, ``.ncu-rep`` reports and CSV exports
@@ -129,7 +129,7 @@ def _rel(path: Path) -> str:
 
 def build_digest(task: Any, row: str, csv_texts: dict[str, str], *, seed: int | None, warmup: int | None,
                  captured: str = "", candidate: str = "", files: dict[str, str] | None = None) -> str:
-    from kda_lab import ncu
+    from kda_lab.profile import ncu
 
     (w,) = task.rows([row])
     spec = task.functions[w.fn]
@@ -308,8 +308,8 @@ def launch(task_name: str, row: str, impl: str, seed: int, warmup: int, allow_ot
     import torch
 
     from kda_lab.families import contract
-    from kda_lab.inputs import make_inputs
-    from kda_lab.run import candidate_identity, cuda_device, resolve_entry
+    from kda_lab.measure.inputs import make_inputs
+    from kda_lab.measure.run import candidate_identity, cuda_device, resolve_entry
     from kda_lab.task import load_task
 
     task = load_task(task_name)
@@ -348,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--allow-other-arch", action="store_true")
     a = p.parse_args(argv)
-    from kda_lab.run import RunError
+    from kda_lab.measure.run import RunError
     from kda_lab.task import TaskError
 
     try:

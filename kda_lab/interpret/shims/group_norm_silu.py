@@ -1,4 +1,4 @@
-"""Interpreter shims for the group_norm_silu family, on top of kda_lab/interpret.py.
+"""Interpreter shims for the group_norm_silu family, on top of kda_lab/interpret/interpreter.py.
 
 SGLang 0.5.23's group-norm Python wrappers refuse a CPU tensor before any Triton kernel runs:
 - ``norm/group_norm_silu_triton.py``: ``triton_group_norm_silu`` calls ``_triton_group_norm_silu_cuda``, a
@@ -15,7 +15,7 @@ function is called), and ``apply_group_norm_silu``'s in-function import resolves
 ``triton_group_norm_silu``. Every other condition of the wrappers (grad disabled, dtypes, C % G, weight/bias
 shapes, the one-pass / chunked split at group size 2^18) and every ``@triton.jit`` kernel is SGLang's, untouched.
 
-:func:`install` routes :func:`kda_lab.interpret.interpretable` to these shims for the two group-norm
+:func:`install` routes :func:`kda_lab.interpret.interpreter.interpretable` to these shims for the two group-norm
 functions (everything else is passed through unchanged). Idempotent; needs no GPU and no
 ``TRITON_INTERPRET`` at install time (the interpreter is switched on when a shimmed wrapper is built).
 The group-norm task folders' tests call it before the shared tests run.
@@ -64,7 +64,7 @@ class _CpuAsCuda(ast.NodeTransformer):
 
 
 def _recompile(module_name: str, extra: dict[str, Any]) -> dict[str, Any]:
-    from kda_lab.interpret import ensure_interpreter, force_cuda_platform
+    from kda_lab.interpret.interpreter import ensure_interpreter, force_cuda_platform
     from kda_lab.sglang_source import find_def
 
     ensure_interpreter()
@@ -94,7 +94,7 @@ def interpretable_group_norm(module_name: str, fn_name: str) -> Callable[..., An
 
 
 def install() -> bool:
-    """Route ``kda_lab.interpret.interpretable`` to the group-norm shim; returns whether it changed anything."""
-    import kda_lab.interpret as interp
+    """Route ``kda_lab.interpret.interpreter.interpretable`` to the group-norm shim; returns whether it changed anything."""
+    from kda_lab.interpret import interpreter as interp
 
     return interp.route(SHIMMED, interpretable_group_norm)

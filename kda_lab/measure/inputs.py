@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from kda_lab.workloads import TensorSpec, Workload
+from kda_lab.task.workloads import TensorSpec, Workload
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,

@@ -1,6 +1,6 @@
-"""Interpreter shims for the norm_infer family, on top of kda_lab/interpret.py.
+"""Interpreter shims for the norm_infer family, on top of kda_lab/interpret/interpreter.py.
 
-``kda_lab.interpret.interpretable`` recompiles an SGLang wrapper without its CUDA asserts and runs it under
+``kda_lab.interpret.interpreter.interpretable`` recompiles an SGLang wrapper without its CUDA asserts and runs it under
 ``TRITON_INTERPRET=1``. ``norm_infer`` needs nothing more. ``triton_one_pass_rms_norm``
 (``norm/rmsnorm_onepass_triton.py``) does not get to its kernel on CPU tensors:
 
@@ -13,7 +13,7 @@
 modules and torch are not modified): the custom-op decorator is dropped (the raw function is called) and the
 device guard becomes ``contextlib.nullcontext()``. The ``@triton.jit`` kernel and everything else is SGLang's.
 
-:func:`install` routes :func:`kda_lab.interpret.interpretable` to this shim for ``triton_one_pass_rms_norm``
+:func:`install` routes :func:`kda_lab.interpret.interpreter.interpretable` to this shim for ``triton_one_pass_rms_norm``
 (everything else passes through to whatever ``interpretable`` was before, so it composes with the other
 families' shims). Idempotent; needs no GPU. The norm_infer task folders' tests call it before the shared tests
 run; ``kda check --interpret`` needs the same call (see the report to the lead).
@@ -27,7 +27,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from kda_lab.interpret import StripCudaAsserts
+from kda_lab.interpret.interpreter import StripCudaAsserts
 
 ONE_PASS_MODULE = "sglang.kernels.ops.diffusion.norm.rmsnorm_onepass_triton"
 ONE_PASS_CUDA_OP = "_triton_one_pass_rms_norm_cuda"
@@ -51,7 +51,7 @@ def interpretable_one_pass(module_name: str = ONE_PASS_MODULE, fn_name: str = ON
     """SGLang's ``triton_one_pass_rms_norm`` runnable on CPU tensors in the Triton interpreter."""
     if (module_name, fn_name) not in SHIMMED:
         raise LookupError(f"no norm shim for {module_name}:{fn_name}; shimmed: {sorted(SHIMMED)}")
-    from kda_lab.interpret import ensure_interpreter, force_cuda_platform
+    from kda_lab.interpret.interpreter import ensure_interpreter, force_cuda_platform
     from kda_lab.sglang_source import find_def
 
     ensure_interpreter()
@@ -69,7 +69,7 @@ def interpretable_one_pass(module_name: str = ONE_PASS_MODULE, fn_name: str = ON
 
 
 def install() -> bool:
-    """Route ``kda_lab.interpret.interpretable`` to the one-pass shim; returns whether it changed anything."""
-    import kda_lab.interpret as interp
+    """Route ``kda_lab.interpret.interpreter.interpretable`` to the one-pass shim; returns whether it changed anything."""
+    from kda_lab.interpret import interpreter as interp
 
     return interp.route(SHIMMED, interpretable_one_pass)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kda_lab.inputs import TORCH_DTYPES
-from kda_lab.workloads import TensorSpec, Workload
+from kda_lab.task.workloads import DTYPE_BYTES, TensorSpec, Workload
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class ByteModel:
         for name in self.reads:
             spec = workload.args.get(name)
             if isinstance(spec, TensorSpec):
-                total += spec.unique_numel * TORCH_DTYPES[spec.dtype].itemsize
+                total += spec.unique_numel * DTYPE_BYTES[spec.dtype]
         return total
 
     def write_bytes(self, workload: Workload) -> int:
@@ -32,7 +31,7 @@ class ByteModel:
             spec = workload.args.get(like)
             if not isinstance(spec, TensorSpec):
                 raise ValueError(f"byte model of {workload.fn}: write 'like {like}' names no tensor argument")
-            total += spec.numel * TORCH_DTYPES[spec.dtype].itemsize
+            total += spec.numel * DTYPE_BYTES[spec.dtype]
         return total
 
     def bytes(self, workload: Workload) -> int:

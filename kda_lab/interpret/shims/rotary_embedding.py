@@ -1,4 +1,4 @@
-"""Interpreter shims for the rotary_embedding family, on top of kda_lab/interpret.py.
+"""Interpreter shims for the rotary_embedding family, on top of kda_lab/interpret/interpreter.py.
 
 Two gaps between Triton 3.6's CPU interpreter and the GPU, each closed for one SGLang kernel only (SGLang's
 source and the kernels' arithmetic are untouched):
@@ -95,7 +95,7 @@ def install() -> bool:
     """Apply the shims when running under the Triton interpreter; returns whether they are in place."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    from kda_lab.interpret import force_cuda_platform
+    from kda_lab.interpret.interpreter import force_cuda_platform
 
     force_cuda_platform()
     rotary = importlib.import_module(ROTARY_MODULE)

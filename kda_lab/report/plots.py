@@ -18,10 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kda_lab.report import Run, TaskReport
+from kda_lab.report.model import Run, TaskReport, plot_names
 
 MAX_CANDIDATES = 4
 BASELINE_COLOR = "#7f7f7f"
@@ -287,8 +286,6 @@ DRAW = {"speedup.png": draw_speedup, "tbps.png": draw_tbps, "lineage.png": draw_
 
 def draw_all(plots_dir: Path, reports: list[TaskReport]) -> list[Path]:
     """Draw every task's plots; remove PNGs this report no longer produces. Returns the files written."""
-    from kda_lab.report import plot_names
-
     written: list[Path] = []
     slugs = {t.slug for t in reports}
     for t in reports:

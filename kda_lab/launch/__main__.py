@@ -1,0 +1,3 @@
+from kda_lab.launch.launchers import main
+
+raise SystemExit(main())

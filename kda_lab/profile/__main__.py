@@ -1,0 +1,3 @@
+from kda_lab.profile.command import main
+
+raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""What the report reads: every task's runs, candidates and lineage, loaded from its ledgers and task.toml.
+
+The model :mod:`kda_lab.report.markdown` (tables, leaderboard, README splice) and :mod:`kda_lab.report.plots`
+(PNGs) both render; it imports neither of them, so they share it instead of importing each other.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kda_lab import ledger
+from kda_lab.evidence import bench_row_counts
+
+ORDER_FILE = Path("scripts/launch_kernels/order.txt")
+# Same thresholds as kda_lab.measure.run (not imported: that module needs torch).
+LARGE_ROW_BYTES = 64e6
+SUSPECT_SOL = 0.98
+NUMERIC = ("bytes", "baseline_us", "candidate_us", "speedup", "compile_us", "speedup_vs_compile", "copy_us", "sol",
+           "candidate_tbps", "baseline_tbps")
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+@dataclass
+class Run:
+    run_id: str
+    mode: str
+    candidate_id: str
+    source_hash: str
+    ts: str
+    gpu: str
+    arch: str
+    rows: list[dict[str, Any]]  # production rows, numbers as float | None
+
+    @property
+    def date(self) -> str:
+        return self.ts[:10]
+
+    def summary(self, column: str = "speedup") -> dict[str, Any]:
+        return ledger.summarize_run(self.rows, column)
+
+    @property
+    def geomean(self) -> float | None:
+        return self.summary()["geomean"]
+
+    def large_sol(self) -> list[tuple[str, float]]:
+        return [(r["row"], r["sol"]) for r in self.rows
+                if r["sol"] is not None and (r["bytes"] or 0) >= LARGE_ROW_BYTES]
+
+    def aa(self) -> dict[str, float] | None:
+        vals = [r["speedup"] for r in self.rows if r["speedup"]]
+        if not vals:
+            return None
+        return {"geomean": ledger.geomean(vals), "max_dev": max(abs(1 - v) for v in vals), "n": len(vals)}
+
+
+@dataclass
+class Candidate:
+    id: str
+    parent: str | None
+    status: str
+    source_hash: str
+    first_ts: str
+    runs: list[Run] = field(default_factory=list)
+    promote_run: str | None = None  # evidence run_id of the latest promote event
+
+    @property
+    def best(self) -> Run | None:
+        scored = [r for r in self.runs if r.geomean is not None]
+        return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)) if scored else None
+
+
+@dataclass
+class TaskReport:
+    slug: str
+    arch: str
+    family: str
+    title: str
+    production: list[tuple[str, str]]  # (row, model) in task.toml order
+    launcher: str
+    runs: list[Run]  # GPU runs on the task's arch, not superseded, ledger order
+    superseded: list[tuple[str, str]]  # (run, superseded by)
+    ignored_rows: int  # rows measured on cpu or on a GPU that is not the task's arch (kda_lab.evidence)
+    lineage: list[Candidate]
+    problem: str = ""
+
+    @property
+    def bench_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.mode == "bench"]
+
+    @property
+    def latest_aa(self) -> Run | None:
+        aa = [r for r in self.runs if r.mode == "aa"]
+        return aa[-1] if aa else None
+
+    @property
+    def promoted(self) -> list[Candidate]:
+        return [c for c in self.lineage if c.status == "promoted"]
+
+    def headline(self) -> tuple[Run | None, str]:
+        """(run, kind): the promoted candidate's evidence run, else the best benchmarked run."""
+        promoted_ids = {c.id for c in self.promoted}
+        if promoted_ids:
+            runs = [r for r in self.bench_runs if r.candidate_id in promoted_ids]
+            evidence = {c.promote_run for c in self.promoted}
+            chosen = [r for r in runs if r.run_id in evidence]
+            pool = chosen or runs
+            scored = [r for r in pool if r.geomean is not None]
+            if scored:
+                return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "promoted"
+        scored = [r for r in self.bench_runs if r.geomean is not None]
+        if scored:
+            return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "best benchmarked, not promoted"
+        return None, ""
+
+    def baseline_run(self) -> Run | None:
+        """The run whose SGLang numbers are shown: the headline run, else the latest GPU run."""
+        head, _ = self.headline()
+        return head or (self.runs[-1] if self.runs else None)
+
+    @property
+    def status(self) -> str:
+        if self.problem:
+            return "invalid task.toml"
+        if self.promoted:
+            return "promoted " + ", ".join(c.id for c in self.promoted)
+        head, _ = self.headline()
+        if head is not None:
+            return f"benchmarked (best {head.candidate_id})"
+        if self.runs:
+            return "baseline measured"
+        if self.lineage:
+            last = self.lineage[-1]
+            return f"{last.id} {last.status}, no GPU timing"
+        return "no runs yet"
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def read_benchmark(task_dir: Path) -> list[dict[str, str]]:
+    """benchmark.csv as string records (kda_lab.ledger's reader: it knows every schema the ledger has had)."""
+    return ledger.read_benchmark_rows(task_dir)
+
+
+def read_solutions(task_dir: Path) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    path = task_dir / ledger.SOLUTIONS_FILE
+    if not path.exists() or not path.read_text().strip():
+        return []
+    df = pd.read_json(path, lines=True, dtype=False)
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}
+            for rec in df.to_dict("records")]
+
+
+def read_launchers(root: Path) -> dict[str, str]:
+    path = root / ORDER_FILE
+    if not path.exists():
+        return {}
+    slugs = [ln.strip() for ln in path.read_text().splitlines()]
+    return {s: f"k{i:02d}" for i, s in enumerate(slugs, start=1) if s and not s.startswith("#")}
+
+
+def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
+    slug = task_dir.name
+    try:
+        raw = tomllib.loads((task_dir / "task.toml").read_text())
+        problem = ""
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raw, problem = {}, f"task.toml unreadable: {e}"
+    arch, family = str(raw.get("arch", "?")), str(raw.get("family", "?"))
+    production = [(str(w.get("name")), str(w.get("model", ""))) for w in raw.get("workloads", [])
+                  if w.get("kind") == "production"]
+    records = read_benchmark(task_dir)
+    superseded: list[tuple[str, str]] = []
+    for r in records:
+        if r.get("supersedes") and (r["supersedes"], r["run_id"]) not in superseded:
+            superseded.append((r["supersedes"], r["run_id"]))
+    runs: list[Run] = []
+    ignored = 0
+    for run_id, rows in ledger.runs(records).items():
+        first = rows[0]
+        # only rows measured on a GPU that is the task's arch are results (an H100 is not an H200)
+        if arch == "?" or not bench_row_counts(first, arch):
+            ignored += len(rows)
+            continue
+        prod = []
+        for r in rows:
+            if r.get("row_kind") != "production":
+                continue
+            rec: dict[str, Any] = {k: r.get(k, "") for k in ("row", "row_kind", "model", "function", "shape")}
+            rec.update({k: _num(r.get(k)) for k in NUMERIC})
+            prod.append(rec)
+        runs.append(Run(run_id=run_id, mode=first["mode"], candidate_id=first["candidate_id"],
+                        source_hash=first["source_hash"], ts=min(r["ts"] for r in rows), gpu=first["gpu_name"],
+                        arch=first["arch"], rows=prod))
+    lineage: dict[str, Candidate] = {}
+    for s in read_solutions(task_dir):
+        cid = str(s.get("id"))
+        c = lineage.get(cid)
+        if c is None:
+            c = lineage[cid] = Candidate(id=cid, parent=s.get("parent"), status=str(s.get("status")),
+                                         source_hash=str(s.get("source_hash")), first_ts=str(s.get("ts")))
+        c.status = str(s.get("status"))
+        if s.get("event") == "promote":
+            ev = s.get("evidence") or {}
+            c.promote_run = ev.get("run_id") if isinstance(ev, dict) else None
+    for r in runs:
+        if r.mode != "bench":
+            continue
+        if r.candidate_id not in lineage:
+            lineage[r.candidate_id] = Candidate(id=r.candidate_id, parent=None, status="benchmarked",
+                                                source_hash=r.source_hash, first_ts=r.ts)
+        lineage[r.candidate_id].runs.append(r)
+    return TaskReport(slug=slug, arch=arch, family=family, title=str(raw.get("title", slug)), production=production,
+                      launcher=launchers.get(slug, ""), runs=runs, superseded=superseded, ignored_rows=ignored,
+                      lineage=list(lineage.values()), problem=problem)
+
+
+def collect(root: Path) -> list[TaskReport]:
+    launchers = read_launchers(root)
+    dirs = sorted(p.parent for p in (root / "kernels").glob("*/task.toml"))
+    return [load_task_report(d, launchers) for d in dirs]
+
+
+def plot_names(t: TaskReport) -> list[str]:
+    """The PNGs `kda report` draws for this task (none without GPU rows)."""
+    names = []
+    if t.bench_runs or t.latest_aa:
+        names.append("speedup.png")
+    if t.runs:
+        names.append("tbps.png")
+    if t.bench_runs:
+        names.append("lineage.png")
+    return names
