@@ -127,7 +127,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     mode = "aa" if args.aa else "baseline-only" if args.baseline_only else "bench"
     task = load_task(args.task)
     run_bench(task, mode=mode, rows=args.rows, trials=args.trials, seed=args.seed, compile_peer=not args.no_compile,
-              record=not args.no_record, include_test_rows=args.test_rows, allow_other_arch=args.allow_other_arch,
+              public_peers=not args.no_peers, record=not args.no_record, include_test_rows=args.test_rows, allow_other_arch=args.allow_other_arch,
               supersedes=args.supersedes)
     return 0
 
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--trials", type=int, default=20)
     b.add_argument("--seed", type=int, help="input and order seed (default: random, recorded)")
     b.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    b.add_argument("--no-peers", action="store_true",
+                   help="skip the public peers (QuACK, Liger, FlashInfer: kda_lab/families/<family>.py PEERS)")
     b.add_argument("--no-record", action="store_true", help="do not append to the ledgers")
     b.add_argument("--supersedes", metavar="RUN_ID", help="this run replaces an earlier, mistaken run (append-only fix)")
     b.add_argument("--allow-other-arch", action="store_true", help=argparse.SUPPRESS)

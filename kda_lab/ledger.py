@@ -50,6 +50,17 @@ BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (
         "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay",
         "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
     ),
+    (  # v3: + the public peers (kda_lab.families.peers): every peer's verdict/time as JSON, and the best one
+        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
+        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
+        "baseline_us", "baseline_p10_us", "baseline_p90_us",
+        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
+        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
+        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
+        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay",
+        "peers", "best_peer", "best_peer_us", "speedup_vs_best_peer",
+        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
+    ),
 )
 BENCHMARK_COLUMNS: tuple[str, ...] = BENCHMARK_SCHEMAS[-1]
 BENCHMARK_MODES = ("bench", "aa", "baseline-only")
@@ -59,7 +70,8 @@ ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglan
 FLOAT_COLUMNS = (
     "bytes", "baseline_us", "baseline_p10_us", "baseline_p90_us", "candidate_us", "candidate_p10_us",
     "candidate_p90_us", "speedup", "compile_us", "speedup_vs_compile", "copy_us", "sol",
-    "candidate_tbps", "baseline_tbps", "host_baseline_us", "host_candidate_us",
+    "candidate_tbps", "baseline_tbps", "host_baseline_us", "host_candidate_us", "best_peer_us",
+    "speedup_vs_best_peer",
 )
 
 SOLUTION_FIELDS: tuple[str, ...] = (
@@ -215,11 +227,18 @@ def validate_benchmark_csv(path: Path) -> list[str]:
         if row["row_kind"] not in ROW_KINDS:
             problems.append(f"{where}: row_kind {row['row_kind']!r} not in {ROW_KINDS}")
         for c in FLOAT_COLUMNS:
-            if row[c]:
+            if row.get(c):  # a column the row's schema lacks reads as empty
                 try:
                     float(row[c])
                 except ValueError:
                     problems.append(f"{where}: {c}={row[c]!r} is not a number")
+        if row.get("peers"):
+            try:
+                peers = json.loads(row["peers"])
+            except json.JSONDecodeError:
+                peers = None
+            if not isinstance(peers, dict):
+                problems.append(f"{where}: peers is not a JSON object: {row['peers'][:60]!r}")
         missing_env = [c for c in ENV_COLUMNS if c in row and not row[c]]
         if missing_env:
             problems.append(f"{where}: environment columns empty: {missing_env}")

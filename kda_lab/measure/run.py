@@ -9,6 +9,7 @@ on a GPU that is not the task's arch are recorded under that GPU's arch and said
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import time
@@ -22,7 +23,8 @@ import torch
 
 from kda_lab import ledger
 from kda_lab.evidence import gpu_model_arch, not_evidence_notice
-from kda_lab.families import contract
+from kda_lab.families import contract, family_module
+from kda_lab.families.peers import PeerUnavailable, peers_of
 from kda_lab.measure.correctness import RowResult, check_row
 from kda_lab.measure.env import capture
 from kda_lab.measure.inputs import make_inputs, rotation_count
@@ -232,8 +234,46 @@ def _fmt_us(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
+def checked_peers(task: Task, w: Workload, seed: int, device: torch.device, arg_set: dict[str, Any]
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, Callable[..., Any]]]:
+    """Each public peer of ``w``'s function: its verdict on this row, and the peers that may be timed.
+
+    A peer is timed only after it matched the fp64 oracle on this row (task tolerances; never bitwise vs SGLang)."""
+    verdicts: dict[str, dict[str, Any]] = {}
+    timed: dict[str, Callable[..., Any]] = {}
+    for peer in peers_of(family_module(task.family), w.fn):
+        info: dict[str, Any] = {"version": peer.version}
+        verdicts[peer.name] = info
+        why = peer.applies(arg_set)
+        if why:
+            info.update(verdict="n/a", why=why)
+            continue
+        try:
+            fn = peer.load()
+        except PeerUnavailable as e:
+            info.update(verdict="unavailable", why=str(e))
+            continue
+        (res,) = check_row(task, w, contract(task.family, w.fn), {peer.name: fn}, seed, device,
+                           baseline_impl=peer.name)
+        if res.error.startswith("raised"):  # the peer refuses the row (an assert on shape/dtype): not applicable
+            info.update(verdict="n/a", why=res.error[:200])
+            continue
+        if not res.ok:
+            worst = max((c.max_abs for c in res.comparisons), default=None)
+            info.update(verdict="wrong", why=res.error or res.describe()[:200], max_err=worst)
+            continue
+        info["verdict"] = "ok"
+        timed[peer.name] = fn
+    return verdicts, timed
+
+
+def best_peer(verdicts: dict[str, dict[str, Any]]) -> tuple[str, float] | None:
+    timed = [(name, v["us"]) for name, v in verdicts.items() if v.get("verdict") == "ok" and v.get("us")]
+    return min(timed, key=lambda t: t[1]) if timed else None
+
+
 def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, seed: int, compile_peer: bool,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, public_peers: bool = True) -> dict[str, Any]:
     from kda_lab.measure.timing import GraphTimer, copy_yardstick, host_time_us, time_interleaved
 
     c = contract(task.family, w.fn)
@@ -253,13 +293,22 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
         # dynamo's recompile limit (8) torch.compile silently falls back to eager.
         torch._dynamo.reset()
         impls["compile"] = torch.compile(c.torch_reference, dynamic=False)
+    verdicts: dict[str, dict[str, Any]] = {}
+    if public_peers and mode != "aa":
+        verdicts, timed_peers = checked_peers(task, w, seed, device, arg_sets[0])
+        impls.update({f"peer:{name}": fn for name, fn in timed_peers.items()})
     nbytes = spec.byte_model.bytes(w)
     with torch.no_grad():
         timers = {name: GraphTimer(lambda a, f=fn: f(**a), arg_sets) for name, fn in impls.items()}
         timers["copy"] = copy_yardstick(nbytes, sets, device)
         times = time_interleaved(timers, trials, seed)
-        host = {name: host_time_us(lambda a, f=fn: f(**a), arg_sets) for name, fn in impls.items() if name != "compile"}
+        host = {name: host_time_us(lambda a, f=fn: f(**a), arg_sets) for name, fn in impls.items()
+                if name in ("baseline", "candidate")}
     s = times.summaries
+    for name, info in verdicts.items():
+        if f"peer:{name}" in s:
+            info["us"] = s[f"peer:{name}"].median
+    best = best_peer(verdicts)
     base_us = s["baseline"].median
     cand_us = s["candidate"].median if "candidate" in s else None
     measured = cand_us if cand_us is not None else base_us
@@ -276,6 +325,9 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
         "candidate_tbps": tbps(nbytes, cand_us), "baseline_tbps": tbps(nbytes, base_us),
         "host_baseline_us": host["baseline"], "host_candidate_us": host.get("candidate"),
         "trials": trials, "input_sets": sets, "seed": seed,
+        "peers": json.dumps(verdicts, sort_keys=True) if verdicts else "",
+        "best_peer": best[0] if best else "", "best_peer_us": best[1] if best else None,
+        "speedup_vs_best_peer": best[1] / measured if best else None,
     }
     del timers, arg_sets
     gc.collect()
@@ -284,7 +336,7 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
 
 
 def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, trials: int = 20,
-              seed: int | None = None, compile_peer: bool = True, record: bool = True,
+              seed: int | None = None, compile_peer: bool = True, public_peers: bool = True, record: bool = True,
               include_test_rows: bool = False, allow_other_arch: bool = False, supersedes: str | None = None,
               show: Callable[[str], None] = print) -> list[dict[str, Any]]:
     if mode not in ledger.BENCHMARK_MODES:
@@ -304,7 +356,7 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
     run_id = new_run_id()
     out: list[dict[str, Any]] = []
     for w in progress(workloads, desc=f"bench {task.slug} ({mode})"):
-        row = bench_row(task, w, cand, mode, trials, seed, compile_peer, device)
+        row = bench_row(task, w, cand, mode, trials, seed, compile_peer, device, public_peers)
         row.update(run_id=run_id, task=task.slug, arch=env["arch"], mode=mode,
                    candidate_id="baseline" if mode != "bench" else cand.id, source_hash=cand.source_hash,
                    **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"], supersedes=supersedes or "")
@@ -363,17 +415,35 @@ SUSPECT_SOL = 0.98  # above this on large rows a result is suspect: docs/benchma
 LARGE_ROW_BYTES = 64e6
 
 
+def peer_cell(row: dict[str, Any], name: str) -> str:
+    """One peer's cell: its time, or why it has none (wrong on this row, not applicable, not installed)."""
+    info = json.loads(row["peers"]).get(name) if row.get("peers") else None
+    if info is None:
+        return ""
+    if info.get("verdict") == "ok":
+        return _fmt_us(info.get("us"))
+    return {"wrong": "WRONG", "n/a": "n/a", "unavailable": "absent"}.get(info.get("verdict"), "?")
+
+
 def format_table(rows: list[dict[str, Any]], mode: str) -> str:
     """The run's table; '!' marks sol above SUSPECT_SOL on large rows (read-heavy kernels can legitimately
-    pass a 1:1 copy by a few percent: 3 reads + 1 write measured 4.43 vs 4.29 TB/s on the H200)."""
-    head = f"{'row':<34} {'MB':>8} {'base us':>9} {'cand us':>9} {'speedup':>8} {'compile':>9} {'TB/s':>6} {'sol':>6} {'host b/c us':>13}"
+    pass a 1:1 copy by a few percent: 3 reads + 1 write measured 4.43 vs 4.29 TB/s on the H200).
+    One column per public peer (us, WRONG, n/a or absent) and "vs peer": the best correct peer's time over
+    the measured side's (candidate, or SGLang in a baseline-only run; > 1 means the peer is slower)."""
+    peer_names = sorted({n for r in rows if r.get("peers") for n in json.loads(r["peers"])})
+    head = (f"{'row':<34} {'MB':>8} {'base us':>9} {'cand us':>9} {'speedup':>8} {'compile':>9} "
+            + "".join(f"{n[:9]:>10}" for n in peer_names) + (f" {'vs peer':>8}" if peer_names else "")
+            + f" {'TB/s':>6} {'sol':>6} {'host b/c us':>13}")
     lines = [head, "-" * len(head)]
     for r in rows:
         tb = r["candidate_tbps"] if r["candidate_tbps"] is not None else r["baseline_tbps"]
         sp = f"{r['speedup']:.3f}" if r["speedup"] else "-"
+        vs = f"{r['speedup_vs_best_peer']:.3f}" if r.get("speedup_vs_best_peer") else "-"
         lines.append(
             f"{r['row'][:34]:<34} {r['bytes'] / 1e6:>8.2f} {r['baseline_us']:>9.2f} {_fmt_us(r['candidate_us']):>9} "
-            f"{sp:>8} {_fmt_us(r['compile_us']):>9} {tb:>6.2f} {r['sol']:>5.2f}"
+            f"{sp:>8} {_fmt_us(r['compile_us']):>9} "
+            + "".join(f"{peer_cell(r, n):>10}" for n in peer_names) + (f" {vs:>8}" if peer_names else "")
+            + f" {tb:>6.2f} {r['sol']:>5.2f}"
             f"{'!' if r['sol'] > SUSPECT_SOL and r['bytes'] >= LARGE_ROW_BYTES else ' '} "
             f"{r['host_baseline_us']:>6.1f}/{_fmt_us(r['host_candidate_us']):>6}")
     return "\n".join(lines)
