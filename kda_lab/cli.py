@@ -7,20 +7,25 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from kda_lab import ledger
+from kda_lab import ledger, report
 from kda_lab.evidence import bench_row_counts
+from kda_lab.report.peers import vs_best_peer_cell
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
 PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
-def task_status(task: Task) -> str:
-    """The task's status in the one vocabulary of README's task table and docs/leaderboard.md (kda_lab.report)."""
-    from kda_lab import report
+def task_report(task: Task) -> report.TaskReport:
+    """What `kda report` reads for this task (status in README's one vocabulary, peers, runs)."""
     from kda_lab.paths import repo_root
 
-    return report.load_task_report(task.path, report.read_launchers(repo_root())).status
+    return report.load_task_report(task.path, report.read_launchers(repo_root()))
+
+
+def task_status(task: Task) -> str:
+    """The task's status in the one vocabulary of README's task table and docs/leaderboard.md (kda_lab.report)."""
+    return task_report(task).status
 
 
 def evidence_runs(task: Task) -> dict[str, list[dict[str, str]]]:
@@ -55,19 +60,19 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if not dirs:
         print("no tasks under kernels/")
         return 0
-    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}")
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}  vs best peer")
     bad = 0
     for d in dirs:
         try:
             t = load_task(d)
             best, _ = best_speedup(t)
-            status = task_status(t)
+            tr = task_report(t)
         except (TaskError, ledger.LedgerError) as e:
             print(f"{d.name:<52} INVALID: {e}")
             bad += 1
             continue
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {status:<28} "
-              f"{(f'{best:.2f}x' if best else '-'):>7}")
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<28} "
+              f"{(f'{best:.2f}x' if best else '-'):>7}  {vs_best_peer_cell(tr)}")
         if args.rows:
             latest = latest_row_numbers(t)
             for w in t.workloads:

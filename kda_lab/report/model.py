@@ -6,6 +6,7 @@ The model :mod:`kda_lab.report.markdown` (tables, leaderboard, README splice) an
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ ORDER_FILE = Path("scripts/launch_kernels/order.txt")
 LARGE_ROW_BYTES = 64e6
 SUSPECT_SOL = 0.98
 NUMERIC = ("bytes", "baseline_us", "candidate_us", "speedup", "compile_us", "speedup_vs_compile", "copy_us", "sol",
-           "candidate_tbps", "baseline_tbps")
+           "candidate_tbps", "baseline_tbps", "best_peer_us", "speedup_vs_best_peer")
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -50,6 +51,28 @@ class Run:
     def large_sol(self) -> list[tuple[str, float]]:
         return [(r["row"], r["sol"]) for r in self.rows
                 if r["sol"] is not None and (r["bytes"] or 0) >= LARGE_ROW_BYTES]
+
+    @property
+    def peer_names(self) -> list[str]:
+        return sorted({name for r in self.rows for name in r["peers"]})
+
+    def peer_summary(self, name: str) -> dict[str, Any]:
+        """One peer over this run's production rows: SGLang time / peer time (geomean, worst), rows it was
+        timed on, rows where it was wrong, rows it does not apply to (or was not installed for)."""
+        verdicts = [(r, r["peers"].get(name)) for r in self.rows]
+        timed = [(r["row"], r["baseline_us"] / v["us"]) for r, v in verdicts
+                 if v and v.get("verdict") == "ok" and v.get("us") and r["baseline_us"]]
+        worst = min(timed, key=lambda t: t[1]) if timed else (None, None)
+        return {"geomean": ledger.geomean([s for _, s in timed]) if timed else None, "worst": worst[1],
+                "worst_row": worst[0], "timed": len(timed),
+                "wrong": sorted(r["row"] for r, v in verdicts if v and v.get("verdict") == "wrong"),
+                "not_applied": sum(1 for _, v in verdicts if v and v.get("verdict") in ("n/a", "unavailable")),
+                "version": next((v["version"] for _, v in verdicts if v and v.get("version")), "")}
+
+    def beaten_by_peers(self) -> list[tuple[str, str, float]]:
+        """(row, best peer, measured side's time / peer's time) where a public peer is faster."""
+        return [(r["row"], r["best_peer"], 1 / r["speedup_vs_best_peer"]) for r in self.rows
+                if r["speedup_vs_best_peer"] is not None and r["speedup_vs_best_peer"] < 1]
 
     def aa(self) -> dict[str, float] | None:
         vals = [r["speedup"] for r in self.rows if r["speedup"]]
@@ -117,6 +140,15 @@ class TaskReport:
             return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "best benchmarked, not promoted"
         return None, ""
 
+    def peer_run(self) -> Run | None:
+        """The run whose peer columns are shown: the headline run when it timed peers, else the latest run
+        that did (a baseline-only run times SGLang beside the peers)."""
+        head, _ = self.headline()
+        if head is not None and head.peer_names:
+            return head
+        with_peers = [r for r in self.runs if r.mode != "aa" and r.peer_names]
+        return with_peers[-1] if with_peers else None
+
     def baseline_run(self) -> Run | None:
         """The run whose SGLang numbers are shown: the headline run, else the latest GPU run."""
         head, _ = self.headline()
@@ -147,6 +179,14 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(x) else x
+
+
+def _peers(text: str) -> dict[str, dict[str, Any]]:
+    """The peers column (JSON; kda validate rejects anything else), {} for rows of an older schema."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
 
 
 def read_benchmark(task_dir: Path) -> list[dict[str, str]]:
@@ -202,6 +242,8 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
                 continue
             rec: dict[str, Any] = {k: r.get(k, "") for k in ("row", "row_kind", "model", "function", "shape")}
             rec.update({k: _num(r.get(k)) for k in NUMERIC})
+            rec["best_peer"] = r.get("best_peer", "")
+            rec["peers"] = _peers(r.get("peers", ""))
             prod.append(rec)
         runs.append(Run(run_id=run_id, mode=first["mode"], candidate_id=first["candidate_id"],
                         source_hash=first["source_hash"], ts=min(r["ts"] for r in rows), gpu=first["gpu_name"],

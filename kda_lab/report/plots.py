@@ -27,6 +27,7 @@ BASELINE_COLOR = "#7f7f7f"
 AA_COLOR = "#a9a9a9"
 COMPILE_COLOR = "#9467bd"
 COPY_COLOR = "#000000"
+PEER_COLOR = "#17becf"
 CANDIDATE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 PNG_META = {"Software": None}
 # Upper byte bounds of the grid's columns. Under ~8 MB a graph-replayed kernel's fixed cost (~2 µs) is at least
@@ -178,12 +179,18 @@ def draw_speedup(t: TaskReport, path: Path) -> Path:
     cands = candidate_series(t)
     aa = t.latest_aa
     head, _ = t.headline()
-    g = grid(t, [*cands, *([aa] if aa else [])])
+    peers = t.peer_run()
+    g = grid(t, [*cands, *([aa] if aa else []), *([peers] if peers else [])])
     rows = g.rows()
     series: list[Series] = []
     for i, run in enumerate(cands):
         series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)], "o",
                        _values(run, rows, "speedup")))
+    if peers is not None:
+        best = [None if (b is None or p is None or p <= 0) else b / p
+                for b, p in zip(_values(peers, rows, "baseline_us"), _values(peers, rows, "best_peer_us"), strict=True)]
+        if any(v is not None for v in best):
+            series.append((f"best public peer vs SGLang (run {peers.date}; docs/peers.md)", PEER_COLOR, "^", best))
     peer = head or (cands[-1] if cands else None)
     if peer is not None:
         comp = [None if (b is None or c is None or c <= 0) else b / c
