@@ -432,7 +432,7 @@ def format_table(rows: list[dict[str, Any]], mode: str) -> str:
     the measured side's (candidate, or SGLang in a baseline-only run; > 1 means the peer is slower)."""
     peer_names = sorted({n for r in rows if r.get("peers") for n in json.loads(r["peers"])})
     head = (f"{'row':<34} {'MB':>8} {'base us':>9} {'cand us':>9} {'speedup':>8} {'compile':>9} "
-            + "".join(f"{n[:9]:>10}" for n in peer_names) + (f" {'vs peer':>8}" if peer_names else "")
+            + "".join(f"{n[:10]:>11}" for n in peer_names) + (f" {'vs peer':>8}" if peer_names else "")
             + f" {'TB/s':>6} {'sol':>6} {'host b/c us':>13}")
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -442,7 +442,7 @@ def format_table(rows: list[dict[str, Any]], mode: str) -> str:
         lines.append(
             f"{r['row'][:34]:<34} {r['bytes'] / 1e6:>8.2f} {r['baseline_us']:>9.2f} {_fmt_us(r['candidate_us']):>9} "
             f"{sp:>8} {_fmt_us(r['compile_us']):>9} "
-            + "".join(f"{peer_cell(r, n):>10}" for n in peer_names) + (f" {vs:>8}" if peer_names else "")
+            + "".join(f"{peer_cell(r, n):>11}" for n in peer_names) + (f" {vs:>8}" if peer_names else "")
             + f" {tb:>6.2f} {r['sol']:>5.2f}"
             f"{'!' if r['sol'] > SUSPECT_SOL and r['bytes'] >= LARGE_ROW_BYTES else ' '} "
             f"{r['host_baseline_us']:>6.1f}/{_fmt_us(r['host_candidate_us']):>6}")
