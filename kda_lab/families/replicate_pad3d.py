@@ -165,6 +165,11 @@ BYTE_MODELS = {
     "replicate_pad3d_channels_last": (("x",), ("out_like",)),
 }
 
+BASELINE_CALLS = {
+    "replicate_pad3d": hunyuan_causal_pad,
+    "replicate_pad3d_channels_last": hunyuan_causal_pad_channels_last,
+}
+
 # SGLang has no facade entry for these functions: the stamper (kda new-task) writes these as task.toml's
 # ``sglang`` and ``entry`` and reads the parameter names from them.
 BASELINES = {

@@ -53,8 +53,9 @@ class CountPads(TorchFunctionMode):
 
 
 def capture(tiled: bool) -> tuple[Counter[tuple[Any, ...]], dict[tuple[Any, ...], set[tuple[int, ...]]]]:
-    from kda_lab.e2e import models
     from sglang.multimodal_gen.runtime.models.vaes import hunyuanvae
+
+    from kda_lab.e2e import models
 
     built = models._hunyuan_vae("meta", False, LATENT, seed=19, tiled=tiled)
     pads: Counter[tuple[Any, ...]] = Counter()
