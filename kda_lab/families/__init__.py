@@ -21,12 +21,16 @@ DIFFUSION_FAMILIES: tuple[str, ...] = tuple(_SWAP_FAMILIES)
 # The single-shape reference tasks (not diffusion kernels, no facade entry); the function names are the lab's
 # and their baselines live in kda_lab/baselines.py.
 REFERENCE_FAMILIES: tuple[str, ...] = ("int8_scaled_mm", "mha")
-FAMILIES: tuple[str, ...] = DIFFUSION_FAMILIES + REFERENCE_FAMILIES
+# Model-level families: code inside an SGLang model class that SGLang has no function (and no facade entry)
+# for; the family module's BASELINES name the lab's verbatim copy of that code.
+MODEL_FAMILIES: tuple[str, ...] = ("replicate_pad3d",)
+FAMILIES: tuple[str, ...] = DIFFUSION_FAMILIES + REFERENCE_FAMILIES + MODEL_FAMILIES
 
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     **_SWAP_FAMILIES,
     "int8_scaled_mm": ("int8_scaled_mm",),
     "mha": ("mha_forward",),
+    "replicate_pad3d": ("replicate_pad3d", "replicate_pad3d_channels_last"),
 }
 
 
@@ -52,4 +56,4 @@ def contract(family: str, fn: str) -> FunctionContract:
     return functions[fn]
 
 
-__all__ = ["DIFFUSION_FAMILIES", "FAMILIES", "REFERENCE_FAMILIES", "FAMILY_FUNCTIONS", "contract", "family_module", "FamilyNotImplemented"]
+__all__ = ["DIFFUSION_FAMILIES", "FAMILIES", "MODEL_FAMILIES", "REFERENCE_FAMILIES", "FAMILY_FUNCTIONS", "contract", "family_module", "FamilyNotImplemented"]

@@ -50,8 +50,24 @@ class StampError(TaskError):
     pass
 
 
+def off_facade_baseline(fn: str) -> str | None:
+    """'module:function' of the baseline a family declares for a function SGLang has no facade entry for (the
+    family module's ``BASELINES``, e.g. code inside an SGLang model class); None for facade functions."""
+    for family, fns in FAMILY_FUNCTIONS.items():
+        if fn in fns:
+            try:
+                return getattr(import_module(f"kda_lab.families.{family}"), "BASELINES", {}).get(fn)
+            except ModuleNotFoundError:
+                return None
+    return None
+
+
 def sglang_definition(fn: str) -> str:
-    """'module:function' where SGLang 0.5.23 defines ``fn`` (from the facade's lazy export table)."""
+    """'module:function' where SGLang 0.5.23 defines ``fn`` (from the facade's lazy export table), or the family's
+    declared baseline for a function outside the facade (:func:`off_facade_baseline`)."""
+    declared = off_facade_baseline(fn)
+    if declared:
+        return declared
     facade = import_module("sglang.kernels.ops.diffusion")
     exports: dict[str, str] = facade._EXPORTS  # noqa: SLF001 - the facade's own table is the source of truth
     if fn not in exports:
@@ -81,11 +97,21 @@ def _functions_toml(family: str) -> str:
         out.append("[[functions]]")
         out.append(f'name = "{fn}"')
         out.append(f'sglang = "{sglang_definition(fn)}"')
-        out.append(f'entry = "sglang.kernels.ops.diffusion:{fn}"')
+        out.append(f'entry = "{off_facade_baseline(fn) or f"sglang.kernels.ops.diffusion:{fn}"}"')
         out.append(f"reads = {json.dumps(list(reads))}" if reads else f'reads = []  # {TODO}: inputs read')
         out.append(f"writes = {json.dumps(list(writes))}" if writes else f'writes = []  # {TODO}: outputs, by shape')
         out.append("")
     return "\n".join(out)
+
+
+def _export_line(fn: str) -> str:
+    """The stamped register.py's EXPORTS entry: SGLang's function (lazy_baseline), or the family's declared
+    baseline for a function outside the facade."""
+    declared = off_facade_baseline(fn)
+    if not declared:
+        return f'    "{fn}": lazy_baseline("{fn}"),\n'
+    module, _, name = declared.partition(":")
+    return f'    "{fn}": import_module("{module}").{name},\n'
 
 
 def _spec_toml(value: dict[str, Any]) -> str:
@@ -104,6 +130,8 @@ def _value_toml(value: Any) -> str:
         return _spec_toml(value)
     if value is None:
         return "{ none = true }"
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return str(value)  # an int tuple such as F.pad's pad
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -172,11 +200,14 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     values = {
         "slug": slug, "arch": arch, "family": family, "title": title or f"{family} kernels",
         "functions": _functions_toml(family), "workloads": "\n".join(blocks),
-        "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | `sglang.kernels.ops.diffusion.{fn}` |"
+        "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | "
+                                    f"`{off_facade_baseline(fn) or f'sglang.kernels.ops.diffusion.{fn}'}` |"
                                     for fn in fns),
         "function_names": ", ".join(f"`{fn}`" for fn in fns),
         "production_table": production_table,
-        "exports": "".join(f'    "{fn}": lazy_baseline("{fn}"),\n' for fn in fns),
+        "exports": "".join(_export_line(fn) for fn in fns),
+        "imports": "\n".join(sorted({"from importlib import import_module" if off_facade_baseline(fn) else
+                                      "from kda_kernels import lazy_baseline" for fn in fns})),
         **facts,
     }
     for src in TEMPLATE_DIR.rglob("*"):

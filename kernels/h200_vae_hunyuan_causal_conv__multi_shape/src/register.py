@@ -1,0 +1,64 @@
+"""Candidate: Triton replicate-pad kernels (pad_kernels.py: byte model and bound beside the kernels).
+
+Contract (prompt.md K): ``(x, pad) -> Tensor``, x ``[B, C, T, H, W]`` fp16/bf16/fp32 with any strides, pad six
+non-negative ints in F.pad order; the output is bit-identical to ``F.pad(x, pad, mode="replicate")``, contiguous
+NCDHW for ``replicate_pad3d`` and channels_last_3d for ``replicate_pad3d_channels_last``. Outside the contract
+(another rank, dtype or pad length, negative pads, an empty x, autograd recording, a device that is neither
+CUDA nor the CPU under the Triton interpreter; for ``replicate_pad3d`` also a non-contiguous x, whose output
+layout F.pad chooses per device) the call is SGLang's own: ``F.pad(x, pad, mode="replicate")``
+(then ``.contiguous(memory_format=torch.channels_last_3d)`` for the channels-last variant).
+
+Importing this module builds nothing and needs no GPU; Triton compiles on the first CUDA call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from .pad_kernels import launch_ncdhw, launch_ndhwc
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _padded_shape(x: torch.Tensor, pad: object) -> tuple[int, ...] | None:
+    """The output shape when (x, pad) is inside this kernel's contract, else None (SGLang's F.pad runs)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 5 or x.dtype not in _DTYPES or x.numel() == 0:
+        return None
+    if not isinstance(pad, (list, tuple)) or len(pad) != 6:
+        return None
+    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in pad):
+        return None
+    if torch.is_grad_enabled() and x.requires_grad:
+        return None  # F.pad records the backward; this kernel does not
+    if not (x.is_cuda or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
+        return None
+    wl, wr, hl, hr, tl, tr = pad
+    b, c, t, h, w = x.shape
+    return b, c, t + tl + tr, h + hl + hr, w + wl + wr
+
+
+def replicate_pad3d(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
+    shape = _padded_shape(x, pad)
+    if shape is None or not x.is_contiguous():  # a strided x: F.pad picks the output layout per device
+        return F.pad(x, pad, mode="replicate")
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    launch_ncdhw(x, out, tuple(pad))
+    return out
+
+
+def replicate_pad3d_channels_last(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
+    shape = _padded_shape(x, pad)
+    if shape is None:
+        return F.pad(x, pad, mode="replicate").contiguous(memory_format=torch.channels_last_3d)
+    out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last_3d)
+    launch_ndhwc(x, out, tuple(pad))
+    return out
+
+
+EXPORTS = {
+    "replicate_pad3d": replicate_pad3d,
+    "replicate_pad3d_channels_last": replicate_pad3d_channels_last,
+}
