@@ -415,3 +415,24 @@ def test_staged_sgl_kernel_matches_torch_on_the_gpu(dtype_name: str) -> None:
     torch.testing.assert_close(sgl_kernel.silu_and_mul(y), ref, atol=tol, rtol=tol)
     assert "sm90" in Path(sgl_kernel.common_ops.__file__).parts or torch.cuda.get_device_capability()[0] != 9
     assert sys.modules["sgl_kernel"].__version__ == VERSION
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(bool(_sgl_kernel_on_cuda()), reason=_sgl_kernel_on_cuda() or "ready")
+def test_staged_flash_attention_3_matches_sdpa_on_the_gpu() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    if importlib.util.find_spec("sgl_kernel.flash_ops") is None:
+        pytest.skip("flash_ops not staged (KDA_SGL_KERNEL_FA3=0, or the fa3 folders not carried)")
+    from sgl_kernel.flash_attn import flash_attn_varlen_func
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    seqs, heads, dim = [1024, 77], 24, 128  # two sequences of a varlen batch, as SGLang's diffusion backend packs
+    q, k, v = (torch.randn(sum(seqs), heads, dim, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    cu = torch.tensor([0, seqs[0], sum(seqs)], device="cuda", dtype=torch.int32)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(seqs), max(seqs), causal=False)
+    out = out[0] if isinstance(out, tuple) else out
+    for lo, hi in ((0, seqs[0]), (seqs[0], sum(seqs))):
+        ref = F.scaled_dot_product_attention(*(t[lo:hi].transpose(0, 1).float() for t in (q, k, v)))
+        torch.testing.assert_close(out[lo:hi].float(), ref.transpose(0, 1), atol=2e-2, rtol=2e-2)
