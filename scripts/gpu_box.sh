@@ -39,6 +39,11 @@ fi
 if [ -f .gpu-stage-c/setup.sh ] && ! python3 -c "import transformers, diffusers" 2>/dev/null; then
   bash .gpu-stage-c/setup.sh  # kda e2e: the import deps of SGLang's model modules
 fi
+# sgl_kernel, staged in chunks by scripts/gpu_stage_sgl_kernel.sh: each carried folder stashes its chunk, and the one
+# that completes a part installs it (or says which folders are still to carry).
+for setup in .gpu-stage-d[0-9]*/setup.sh; do
+  if [ -f "$setup" ]; then bash "$setup"; fi
+done
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 for cmd in "$@"; do
