@@ -129,6 +129,10 @@ def quack_rotary_applies(a: Args) -> str | None:
         return f"QuACK's apply_rotary needs head_dim % 8 == 0 and <= 512 (head_dim {d})"
     if x.stride(-1) != 1:
         return "QuACK's apply_rotary needs x's last stride 1"
+    cos, sin = a.get("cos"), a.get("sin")
+    if not isinstance(cos, torch.Tensor) or not isinstance(sin, torch.Tensor) or cos.dtype != sin.dtype \
+            or cos.dtype not in FLOATS:
+        return "QuACK's apply_rotary needs cos and sin in one fp16/bf16/fp32 dtype"
     return None
 
 
@@ -136,10 +140,11 @@ def quack_rotary(rotary: ModuleType, a: Args) -> torch.Tensor:
     """SGLang's ``apply_rotary_embedding`` through ``quack.rotary.apply_rotary``."""
     x, interleaved = a["x"], bool(a.get("interleaved", False))
     d, t = x.shape[-1], x.shape[-3]
-    # The same [T, D/2] slice SGLang's wrapper hands its kernel, cast to x's dtype as SGLang does before it
-    # multiplies (QuACK would multiply by the fp32 table: a different, unrounded cos).
-    cos = _half_width(a["cos"], d, interleaved)[:t].to(x.dtype)
-    sin = _half_width(a["sin"], d, interleaved)[:t].to(x.dtype)
+    # The same [T, D/2] slice SGLang's wrapper hands its kernel, in the table's own dtype: SGLang's kernel
+    # (rope/rotary_triton.py) and QuACK's both load cos/sin as stored and multiply in fp32; casting an fp32
+    # table to bf16 x's dtype first would round cos/sin, which the oracle rejects where products cancel.
+    cos = _half_width(a["cos"], d, interleaved)[:t]
+    sin = _half_width(a["sin"], d, interleaved)[:t]
     x4 = x if x.dim() == 4 else x.unsqueeze(0)
     out = rotary.apply_rotary(x4, cos, sin, interleaved=True)  # GPT-J pairs, whatever SGLang's flag says
     return out if x.dim() == 4 else out.squeeze(0)
@@ -150,8 +155,8 @@ PEERS = {
         Peer(*QUACK, module="quack.rotary", adapt=quack_rotary, applies=quack_rotary_applies,
              mapping="apply_rotary(x[B,T,H,D] (3-D x unsqueezed), cos, sin, interleaved=True): SGLang always "
                      "rotates GPT-J pairs and only slices cos/sin ([T, D/2], or every other column of a "
-                     "full-width [T, D] table when interleaved=True); the slice is cast to x's dtype first, "
-                     "as SGLang does."),
+                     "full-width [T, D] table when interleaved=True), passed in its own dtype: both kernels "
+                     "multiply in fp32 with cos/sin as stored, one rounding to x's dtype."),
     ),
     # apply_ltx2_split_rotary_emb: no public peer. Its cos/sin are per batch *and per head* ([B,H,S,D/2]) and
     # x*cos is rounded to bf16 on purpose (the exact contract); QuACK's and FlashInfer's rotary take one
