@@ -302,6 +302,16 @@ def test_applies_refuses_rows_the_peer_cannot_take() -> None:
     assert all(reasons.values()), "FlashInfer's DiT fusion takes no row of the task (see norm_scale_shift.PEERS)"
     assert "row stride 6*D" in reasons["wan_ti2v_nss_L18144_tok"]
     assert "D = 3072" in reasons["helios_nss_L11040_f32_tok"]
+    liger = _peer("norm_scale_shift", "fused_norm_scale_shift", "liger")
+    nss = {w.name: liger.applies(meta_args(w)) for w in task.rows() if w.fn == "fused_norm_scale_shift"}
+    assert nss["test_rms_weight_2d_mod"] is None and nss["test_rms_bias_ignored"] is None  # [B, D], [1, 1, D]
+    assert "RMSNorm" in nss["test_ln_per_frame_4d"]
+    x = torch.empty(2, 6, 8, device="meta")
+    for shape, ok in (((8,), True), ((1,), False), ((2, 8), True), ((1, 6, 8), False), ((2, 6, 8), True),
+                      ((2, 3, 1, 8), True), ((1, 1, 8), True)):
+        mod = torch.empty(shape, device="meta")
+        args = {"x": x, "scale": mod, "shift": mod, "norm_type": "rms"}
+        assert (liger.applies(args) is None) == ok, shape
     ln = _peer("norm_infer", "norm_infer", "quack")
     row = next(w for w in task_of("norm_infer").rows() if w.name == "test_ln_affine_tail")  # bf16 weight
     assert "fp32 weight" in ln.applies(meta_args(row))

@@ -179,14 +179,15 @@ FUNCTIONS = {
 # ------------------------------------------------------------------------------------------------ public peers
 
 def _liger_rows_match(mod: torch.Tensor, x: torch.Tensor) -> bool:
-    """Liger maps x row r to modulation row ``r // (rows / mod_rows)``: equal to SGLang's broadcasting only
-    for [1|D], [1, D], [1, 1, D], [B, D], [B, 1, D], [B, S, D] and per-frame [B, F, 1, D]."""
+    """Liger maps x row r to modulation row ``r // (rows / mod_rows)``: equal to SGLang's indexing (:func:`bsfd`)
+    for [D], [1|B, D], [1, 1, D], [B, 1, D], [B, S, D] and per-frame [B, F, 1, D]; not for the scalar [1] nor for
+    [1, S, D] with B > 1 (whose rows Liger would map by blocks of B)."""
     b, s, d = x.shape
-    if mod.shape[-1] != d:
+    if mod.shape[-1] != d or mod.numel() % d:
         return False
     if mod.dim() == 4:
         return mod.shape[0] == b and mod.shape[2] == 1 and s % mod.shape[1] == 0
-    lead = (1,) * (3 - mod.dim()) + tuple(mod.shape[:-1])
+    lead = {1: (1, 1), 2: (mod.shape[0], 1), 3: tuple(mod.shape[:2])}.get(mod.dim())
     return lead in {(1, 1), (b, 1), (b, s)}
 
 
