@@ -428,3 +428,43 @@ print(json.dumps([res.ok, res.describe()]))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ok, desc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not ok, desc
+
+
+# ------------------------------------------------------------------------------------------------ on the GPU box
+
+GPU_ROWS = {  # (family, function): rows every staged peer (QuACK, Liger) must pass on the H200
+    ("rotary_embedding", "apply_rotary_embedding"): ("hunyuanvideo_rope_B1_T27030_H24_D128", "test_rope_tiny_3d",
+                                                     "test_rope_tiny_interleaved_full_cos"),
+    ("norm_infer", "norm_infer"): ("helios_ln_M8640", "test_rms_fp32_weight"),
+    ("norm_infer", "triton_one_pass_rms_norm"): ("hyvideo_onepass_M1320", "test_onepass_3d_heads"),
+    ("qknorm_rope", "fused_inplace_qknorm_rope"): ("qwen_T47_H24_D128", "test_fp16_neox_partial_gqa"),
+    ("group_norm_silu", "triton_group_norm_silu"): (),  # Liger's GN: verdict recorded, may be wrong (fp16 sums)
+    ("norm_scale_shift", "fused_norm_scale_shift"): ("test_rms_weight_2d_mod",),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the box, with .gpu-stage-a and -b)")
+@pytest.mark.parametrize(("family", "fn"), list(GPU_ROWS), ids=[f for _, f in GPU_ROWS])
+def test_staged_peers_pass_the_oracle_on_the_gpu(family: str, fn: str) -> None:
+    """The real pinned peers through the harness (checked_peers): QuACK and Liger load and pass the oracle on
+    the named rows; FlashInfer is 'unavailable' until it is staged, never an error."""
+    from kda_lab.measure.run import checked_peers
+    task = task_of(family)
+    device = torch.device("cuda")
+    seen: dict[str, dict[str, Any]] = {}
+    for w in task.rows():
+        if w.fn != fn or (GPU_ROWS[(family, fn)] and w.name not in GPU_ROWS[(family, fn)]):
+            continue
+        if not GPU_ROWS[(family, fn)] and w.primary().numel > 50_000_000:
+            continue
+        verdicts, _timed = checked_peers(task, w, 11, device, make_inputs(w, device, 11))
+        for name, v in verdicts.items():
+            seen[f"{name}:{w.name}"] = v
+            assert v["verdict"] in ("ok", "wrong", "n/a", "unavailable"), v
+            if v["verdict"] == "unavailable":  # FlashInfer until staged; QuACK/Liger must have loaded
+                assert name == "flashinfer" and ("not installed" in v["why"] or "import" in v["why"]), v
+            elif name != "flashinfer" and GPU_ROWS[(family, fn)]:
+                assert v["verdict"] in ("ok", "n/a"), (w.name, name, v)
+    print(json.dumps(seen, indent=1, default=str))
+    assert seen

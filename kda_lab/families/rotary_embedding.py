@@ -157,6 +157,11 @@ PEERS = {
                      "rotates GPT-J pairs and only slices cos/sin ([T, D/2], or every other column of a "
                      "full-width [T, D] table when interleaved=True), passed in its own dtype: both kernels "
                      "multiply in fp32 with cos/sin as stored, one rounding to x's dtype."),
+        # No FlashInfer peer: flashinfer.rope's cache API (apply_rope_with_cos_sin_cache[_inplace]) rotates a query
+        # *and* a key from one fp32 [max_pos, rotary_dim] cos|sin cache by positions, and apply_rope[_pos_ids]
+        # computes cos/sin from rope_theta. Mapping SGLang's single x with separate [T, D/2] tables onto it needs a
+        # torch.cat of cos and sin, a positions tensor per batch and a dummy key on every call: glue kernels that
+        # would be timed as FlashInfer. (qknorm_rope.PEERS uses that API where it fits: SGLang's cache layout.)
     ),
     # apply_ltx2_split_rotary_emb: no public peer. Its cos/sin are per batch *and per head* ([B,H,S,D/2]) and
     # x*cos is rounded to bf16 on purpose (the exact contract); QuACK's and FlashInfer's rotary take one
