@@ -2,7 +2,8 @@
 # Stage SGLang, the import deps the GPU box image lacks and the CuTe DSL for the offline GPU box, whose runs
 # each upload at most 64 MiB (working tree included). Writes three ignored folders in the repository root:
 #   .gpu-stage-a/  SGLang's Python sources (tar.xz), the wheels of scripts/gpu_stage/box-deps.txt with their
-#                  dependencies, the small CuTe DSL wheels, part 1 of the CuTe DSL CUDA 13 runtime
+#                  dependencies and of peer-deps-nodeps.txt without (the public peers QuACK and Liger), the
+#                  small CuTe DSL wheels, part 1 of the CuTe DSL CUDA 13 runtime
 #   .gpu-stage-b/  part 2 of that runtime (repacked as tar.xz, split so the two folders weigh about the same)
 #   .gpu-stage-c/  for `kda e2e`: the wheels of scripts/gpu_stage/e2e-deps.txt with their dependencies and of
 #                  e2e-deps-nodeps.txt without (they require torch), less what .gpu-stage-a/deps holds
@@ -100,6 +101,7 @@ cp "$sglang_tar" "$a/sglang.tar.xz"
 "${download[@]}" -d "$a/deps" -r "$here/gpu_stage/box-deps.txt" -c "$root/requirements/gpu.txt"
 "${download[@]}" -d "$c/deps" -r "$here/gpu_stage/e2e-deps.txt" -c "$root/requirements/gpu.txt"
 "${download[@]}" --no-deps -d "$c/deps" -r "$here/gpu_stage/e2e-deps-nodeps.txt" -c "$root/requirements/gpu.txt"
+"${download[@]}" --no-deps -d "$a/deps" -r "$here/gpu_stage/peer-deps-nodeps.txt" -c "$root/requirements/gpu.txt"
 for name in "${image_has[@]}"; do
   rm -f "$a/deps/$name"-*.whl "$c/deps/$name"-*.whl
 done

@@ -8,7 +8,7 @@ python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 required" >&2; exit 1; }
 stamp=.venv/.kda-env-stamp
-want=$(cat requirements/cpu.txt requirements/e2e-cpu.txt requirements/sglang.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements/cpu.txt requirements/e2e-cpu.txt requirements/sglang.txt requirements/peers-cpu.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -18,6 +18,8 @@ fi
 # sglang pins torch 2.14.1 and dozens of serving packages: its import deps are in requirements/cpu.txt.
 .venv/bin/python -m pip install -q --no-deps -r requirements/sglang.txt
 .venv/bin/python -m pip install -q --no-deps -e .
+# The peers' own source (quack-kernels, liger-kernel, flashinfer-python), read by tests/test_peers.py.
+.venv/bin/python -m pip install -q --no-deps -r requirements/peers-cpu.txt
 # kda e2e only: SGLang model-module deps outside site-packages (requirements/e2e-cpu.txt says why).
 .venv/bin/python -m pip install -q --no-deps --upgrade --target .venv/e2e-site -r requirements/e2e-cpu.txt
 echo "$want" > "$stamp"

@@ -27,6 +27,7 @@ STAGE = REPO / "scripts" / "gpu_stage.sh"
 BOX_DEPS = REPO / "scripts" / "gpu_stage" / "box-deps.txt"
 E2E_DEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps.txt"  # .gpu-stage-c, for kda e2e
 E2E_NODEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps-nodeps.txt"  # .gpu-stage-c, staged --no-deps (need torch)
+PEER_NODEPS = REPO / "scripts" / "gpu_stage" / "peer-deps-nodeps.txt"  # .gpu-stage-a, --no-deps (public peers)
 GPU_TXT = REPO / "requirements" / "gpu.txt"
 CPU_TXT = REPO / "requirements" / "cpu.txt"
 CPU_IN = REPO / "requirements" / "cpu.in"
@@ -100,7 +101,7 @@ def test_gpu_txt_is_usable_as_pip_constraints() -> None:
 
 
 def test_every_staged_box_dep_is_pinned_for_gpu_machines() -> None:
-    staged = {norm(ln) for f in (BOX_DEPS, E2E_DEPS, E2E_NODEPS) for ln in requirement_lines(f)}
+    staged = {norm(ln) for f in (BOX_DEPS, E2E_DEPS, E2E_NODEPS, PEER_NODEPS) for ln in requirement_lines(f)}
     assert staged and staged <= set(pins(GPU_TXT)), staged - set(pins(GPU_TXT))
 
 
@@ -156,7 +157,7 @@ def wheel_dir(tmp: Path, runtime: bytes) -> Path:
     for name in e2e:  # pydantic is a box dep too: staged once, in .gpu-stage-a
         requires = ("pydantic",) if name == "transformers" else ()
         build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, requires)
-    for name in nodeps:  # no torch wheel here: staging them with their dependencies would fail
+    for name in nodeps + [norm(ln) for ln in requirement_lines(PEER_NODEPS)]:  # no torch wheel here: staged --no-deps
         build_wheel(d, name, pinned[name], {f"{module_of(name)}/__init__.py": b""}, ("torch>=2.7",))
     build_wheel(d, "anyio", "4.0.0", {"anyio/__init__.py": b""})
     cute = pinned["nvidia-cutlass-dsl"]
@@ -191,7 +192,7 @@ def checkout(tmp: Path) -> Path:
     repo = tmp / "repo"
     for rel in ("scripts/gpu_stage.sh", "scripts/gpu_stage/setup-a.sh", "scripts/gpu_stage/setup-b.sh",
                 "scripts/gpu_stage/setup-c.sh", "scripts/gpu_stage/box-deps.txt", "scripts/gpu_stage/e2e-deps.txt",
-                "scripts/gpu_stage/e2e-deps-nodeps.txt", "requirements/gpu.txt",
+                "scripts/gpu_stage/e2e-deps-nodeps.txt", "scripts/gpu_stage/peer-deps-nodeps.txt", "requirements/gpu.txt",
                 "requirements/sglang.txt"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, repo / rel)
@@ -222,7 +223,8 @@ def test_stage_round_trip_from_a_local_wheel_directory(tmp_path: Path) -> None:
     assert r.returncode == 0 and not r.stderr, r.stderr
     a, b = repo / ".gpu-stage-a", repo / ".gpu-stage-b"
     staged = sorted(p.name.split("-")[0] for p in (a / "deps").glob("*.whl"))
-    assert staged == sorted(norm(n).replace("-", "_") for n in requirement_lines(BOX_DEPS))  # anyio dropped
+    assert staged == sorted(norm(n).replace("-", "_")
+                            for n in requirement_lines(BOX_DEPS) + requirement_lines(PEER_NODEPS))  # anyio dropped
     c = repo / ".gpu-stage-c"
     staged_c = sorted(p.name.split("-")[0] for p in (c / "deps").glob("*.whl"))
     assert staged_c == sorted(norm(n).replace("-", "_")

@@ -288,3 +288,8 @@ gate1 = { shape = [2, 200], dtype = "bfloat16" }
 index = { shape = [2, 11], dtype = "int32", dist = "randint", low = 0, high = 2 }
 eps = 1e-6
 """
+
+# Public peers: none. No pinned library has a standalone x*(k + scale) + shift modulation or the select01
+# LayerNorm kernels (FlashInfer's DiT fusions include the LayerNorm and read per-token modulation only; see
+# norm_scale_shift.PEERS); torch.compile remains the only peer here.
+PEERS: dict = {}

@@ -20,11 +20,15 @@ contract allows, and the task tolerances absorb fp32 statistics and one output r
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kda_lab.families.base import Args, FunctionContract
+from kda_lab.families.peers import Peer
+from kda_lab.families.public_peers import LIGER, part
 
 
 def group_norm_silu64(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int,
@@ -103,6 +107,42 @@ FUNCTIONS = {
         name="apply_group_norm_silu", oracle=apply_oracle, torch_reference=apply_reference, prepare=prepare_apply,
     ),
 }
+
+# ------------------------------------------------------------------------------------------------ public peers
+
+def _gn_parts(a: Args) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, int, float]:
+    """x, weight, bias, num_groups, eps from either function's (raw or prepared) arguments."""
+    norm = a.get("norm")
+    if isinstance(norm, nn.GroupNorm):
+        return a["x"], norm.weight, norm.bias, norm.num_groups, norm.eps
+    return a["x"], a.get("weight"), a.get("bias"), int(a["num_groups"]), float(a.get("eps", 1e-5))
+
+
+def liger_gn_applies(a: Args) -> str | None:
+    if "activation" in a and not isinstance(a["activation"], nn.SiLU):
+        return "the composed peer is GroupNorm + SiLU"
+    x, w, b, _g, _eps = _gn_parts(a)
+    if w is None or b is None:
+        return "Liger group_norm_forward needs both weight and bias"
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"Liger group_norm_forward takes a float x, not {x.dtype}"
+    return None
+
+
+def liger_gn_silu(ops: ModuleType, a: Args) -> torch.Tensor:
+    x, w, b, groups, eps = _gn_parts(a)
+    x = x.contiguous()  # Liger views x as [B, G, -1]; SGLang's wrapper makes x contiguous too
+    y = part(ops, "group_norm").group_norm_forward(x, x.shape[1], groups, w, b, eps)[0]
+    return F.silu(y, inplace=True)
+
+
+_LIGER_GN = Peer(*LIGER, module="liger_kernel.ops", adapt=liger_gn_silu, applies=liger_gn_applies,
+                 mapping="composed: group_norm_forward(x, C, num_groups, weight, bias, eps)[0] (Liger's training "
+                         "GroupNorm: one program per (batch, group)), then torch silu in place on its output "
+                         "(two roundings to x's dtype where SGLang has one).")
+
+PEERS = {"triton_group_norm_silu": (_LIGER_GN,), "apply_group_norm_silu": (_LIGER_GN,)}
+
 
 # Byte models the stamper writes into task.toml: (reads, writes-like).
 BYTE_MODELS = {

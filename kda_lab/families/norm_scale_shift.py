@@ -34,9 +34,13 @@ it. A candidate should hand that combination to SGLang.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
+from kda_lab.families.peers import Peer
+from kda_lab.families.public_peers import FLASHINFER, LIGER, part
 
 NORM_TYPES = ("layer", "rms")
 
@@ -171,6 +175,124 @@ FUNCTIONS = {
         torch_reference=scale_residual_norm_scale_shift_reference, output_names=("y", "residual_out"),
     ),
 }
+
+# ------------------------------------------------------------------------------------------------ public peers
+
+def _liger_rows_match(mod: torch.Tensor, x: torch.Tensor) -> bool:
+    """Liger maps x row r to modulation row ``r // (rows / mod_rows)``: equal to SGLang's indexing (:func:`bsfd`)
+    for [D], [1|B, D], [1, 1, D], [B, 1, D], [B, S, D] and per-frame [B, F, 1, D]; not for the scalar [1] nor for
+    [1, S, D] with B > 1 (whose rows Liger would map by blocks of B)."""
+    b, s, d = x.shape
+    if mod.shape[-1] != d or mod.numel() % d:
+        return False
+    if mod.dim() == 4:
+        return mod.shape[0] == b and mod.shape[2] == 1 and s % mod.shape[1] == 0
+    lead = {1: (1, 1), 2: (mod.shape[0], 1), 3: tuple(mod.shape[:2])}.get(mod.dim())
+    return lead in {(1, 1), (b, 1), (b, s)}
+
+
+def liger_modulated_applies(a: Args) -> str | None:
+    if a.get("norm_type") != "rms":
+        return "Liger's modulated norm is an RMSNorm (norm_type='layer' has no Liger peer)"
+    x, scale, shift = a.get("x"), a.get("scale"), a.get("shift")
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        return "x must be [B, S, D]"
+    for name, t in (("scale", scale), ("shift", shift)):
+        if not isinstance(t, torch.Tensor) or not _liger_rows_match(t, x):
+            return f"{name} {list(getattr(t, 'shape', []))}: Liger maps modulation rows by blocks, which equals " \
+                   "SGLang's broadcasting only for [D], [1|B, D], [1|B, 1|S, D] with matching B/S, [B, F, 1, D]"
+    if shift.shape != scale.shape:
+        return "Liger needs shift broadcast like scale"
+    return None
+
+
+def liger_modulated(ops: ModuleType, a: Args) -> torch.Tensor:
+    x = a["x"].contiguous()
+    d = x.shape[-1]
+    scale, shift = a["scale"], a["shift"]
+    rows = scale.numel() // d
+    # casting_mode 'gemma': n = fp32(x * rstd * w) rounded to x's dtype, then n * (1 + scale) + shift in fp32
+    return part(ops, "modulated_rms_norm").modulated_rms_norm_forward(
+        x, a.get("weight"), scale.reshape(rows, d), shift.reshape(rows, d), float(a.get("eps", 1e-5)), 0.0,
+        "gemma")[0]
+
+
+_DIT_D = 3072  # FlashInfer's fused DiT LayerNorm is built for WAN 2.2 5B's hidden size only
+
+
+def _wan_chunk_rows(t: torch.Tensor, x: torch.Tensor) -> bool:
+    """A per-token bf16 [B, S, D] (or [S, D] at B = 1) view with row stride 6*D: WAN's temb.chunk(6, dim=2)."""
+    b, s, d = x.shape
+    if t.dtype != torch.bfloat16 or t.stride(-1) != 1:
+        return False
+    if t.dim() == 3:
+        return tuple(t.shape) == (b, s, d) and t.stride(1) == 6 * d and (b == 1 or t.stride(0) == s * 6 * d)
+    return t.dim() == 2 and b == 1 and tuple(t.shape) == (s, d) and t.stride(0) == 6 * d
+
+
+def flashinfer_dit_applies(a: Args) -> str | None:
+    if a.get("norm_type") != "layer":
+        return "FlashInfer's DiT fusion is a LayerNorm"
+    if a.get("weight") is not None or a.get("bias") is not None:
+        return "FlashInfer's scale/shift DiT fusions take no LayerNorm weight/bias"
+    x, residual = a.get("x"), a.get("residual")
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.bfloat16 or x.dim() != 3 or not x.is_contiguous():
+        return "FlashInfer's DiT fusion takes a contiguous bf16 x [B, S, D]"
+    if x.shape[-1] != _DIT_D:
+        return f"FlashInfer's DiT fusion is built for D = {_DIT_D} only (D = {x.shape[-1]})"
+    if residual is not None and (residual.dtype != torch.bfloat16 or residual.shape != x.shape
+                                 or not residual.is_contiguous()):
+        return "FlashInfer's DiT fusion takes a contiguous bf16 residual shaped like x"
+    for name in ("scale", "shift", "gate"):
+        t = a.get(name)
+        if t is None and name == "gate":
+            continue
+        if not isinstance(t, torch.Tensor) or not _wan_chunk_rows(t, x):
+            return f"FlashInfer's DiT fusion reads {name} per token with row stride 6*D (WAN's temb.chunk(6)); " \
+                   f"this row's {name} is {list(getattr(t, 'shape', []))} strides " \
+                   f"{list(t.stride()) if isinstance(t, torch.Tensor) else None} (no broadcast)"
+    return None
+
+
+def flashinfer_dit_norm(norm: ModuleType, a: Args) -> torch.Tensor:
+    _residual_out, y = norm.fused_dit_residual_layernorm_scale_shift(
+        a["x"], a["scale"], a["shift"], residual=None, epsilon=float(a.get("eps", 1e-5)))
+    return y
+
+
+def flashinfer_dit_residual(norm: ModuleType, a: Args) -> tuple[torch.Tensor, torch.Tensor]:
+    eps = float(a.get("eps", 1e-5))
+    if a.get("gate") is None:  # SGLang: r = residual + x
+        r, y = norm.fused_dit_residual_layernorm_scale_shift(a["x"], a["scale"], a["shift"],
+                                                             residual=a["residual"], epsilon=eps)
+    else:  # SGLang: r = residual + gate * x
+        r, y = norm.fused_dit_gate_residual_layernorm_scale_shift(a["x"], a["residual"], a["gate"], a["scale"],
+                                                                  a["shift"], epsilon=eps)
+    return y, r  # FlashInfer returns (residual_out, norm_out); SGLang (y, residual_out)
+
+
+PEERS = {
+    "fused_norm_scale_shift": (
+        Peer(*LIGER, module="liger_kernel.ops", adapt=liger_modulated, applies=liger_modulated_applies,
+             mapping="norm_type='rms' only: modulated_rms_norm_forward(x, weight, scale, shift, eps, offset=0, "
+                     "casting_mode='gemma') computes RMSNorm(x)*w*(1 + scale) + shift, SGLang's formula (bias "
+                     "ignored for rms, as SGLang); modulation rows map by blocks, so only layouts where that equals "
+                     "SGLang's broadcasting apply."),
+        Peer(*FLASHINFER, module="flashinfer.norm", adapt=flashinfer_dit_norm, applies=flashinfer_dit_applies,
+             mapping="fused_dit_residual_layernorm_scale_shift(x, scale, shift, residual=None, epsilon=eps)[1]: "
+                     "LayerNorm(x)*(1 + scale) + shift with no weight/bias; bf16, D = 3072, and scale/shift per "
+                     "token with row stride 6*D (WAN's temb.chunk(6)), no broadcast."),
+    ),
+    "fused_scale_residual_norm_scale_shift": (
+        Peer(*FLASHINFER, module="flashinfer.norm", adapt=flashinfer_dit_residual, applies=flashinfer_dit_applies,
+             mapping="gate given: fused_dit_gate_residual_layernorm_scale_shift(x, residual, gate, scale, shift) "
+                     "(r = residual + x*gate); gate=None: fused_dit_residual_layernorm_scale_shift(x, scale, "
+                     "shift, residual=residual) (r = residual + x); both return (r, LN(r)*(1 + scale) + shift), "
+                     "swapped to SGLang's (y, r). Same layout limits as fused_norm_scale_shift's peer."),
+        # No Liger peer: Liger's modulated RMSNorm has no residual/gate input.
+    ),
+}
+
 
 # Byte models the stamper writes into task.toml: (reads, writes-like).
 BYTE_MODELS = {

@@ -195,3 +195,10 @@ BYTE_MODELS = {
     "rmsnorm_scale": (("x", "weight", "scale"), ("x",)),
     "rmsnorm_tanh_residual": (("x", "gate", "residual", "weight"), ("x",)),
 }
+
+# Public peers: none. Liger's modulated RMSNorm computes RMSNorm(x)*w*(1 + scale) + shift in fp32 after its
+# casting mode: rmsnorm_scale multiplies by `scale` itself (no 1 +), and passing `scale - 1` would be an extra
+# kernel plus a bf16 rounding of scale - 1 that SGLang does not have; rmsnorm_tanh_residual adds a per-token
+# residual times tanh(gate), which Liger's per-modulation-row shift cannot express. Neither QuACK nor FlashInfer
+# 0.7.2 has a tanh-gated or scale-only RMSNorm. (Both functions also keep Z-Image's bf16 roundings exactly.)
+PEERS: dict = {}

@@ -26,9 +26,13 @@ head_dim=0, rope_dim=0, round_norm_before_rope=False, cache_has_full_width=False
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
+from kda_lab.families.peers import Peer
+from kda_lab.families.public_peers import FLASHINFER, QUACK, part
 
 
 def rope_widths(head_dim: int, cache_width: int, rope_dim: int, cache_has_full_width: bool) -> int:
@@ -117,6 +121,97 @@ FUNCTIONS = {
         mutates=("q", "k"), output_names=("q", "k"),
     ),
 }
+
+# ------------------------------------------------------------------------------------------------ public peers
+# Composed peers: a per-head RMSNorm written back into q / k, then an in-place RoPE on them (SGLang mutates q
+# and k too). Two roundings to the activation dtype where SGLang has one (the norm's, then RoPE's).
+
+def _rope_layout(a: Args) -> tuple[int, int] | str:
+    """(head_dim, rope_dim) of a half-width-cache row, or why the composed peers do not take the row."""
+    q, k, cache = a.get("q"), a.get("k"), a.get("cos_sin_cache")
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, cache)):
+        return "q, k and cos_sin_cache must be tensors"
+    if a.get("cache_has_full_width", False):
+        return "a full-width cache has one cos per element; the peers take one per rotation pair"
+    d = q.shape[-1]
+    try:
+        rope = rope_widths(d, cache.shape[-1], int(a.get("rope_dim", 0) or 0), False)
+    except ValueError as e:
+        return str(e)
+    return d, rope
+
+
+def _rows_view(t: torch.Tensor) -> torch.Tensor | None:
+    """t [N, H, D] as [N*H, D] without a copy (the norm writes back through it), or None."""
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return None
+
+
+def quack_qknorm_rope_applies(a: Args) -> str | None:
+    layout = _rope_layout(a)
+    if isinstance(layout, str):
+        return layout
+    d, rope = layout
+    if d % 8 or rope % 8 or d > 512:
+        return f"QuACK's rotary needs head_dim and rope_dim % 8 == 0, head_dim <= 512 ({d}, {rope})"
+    if _rows_view(a["q"]) is None or _rows_view(a["k"]) is None:
+        return "QuACK's RMSNorm writes q/k back as [N*H, D] rows: q and k must be viewable so"
+    return None
+
+
+def quack_qknorm_rope(quack: ModuleType, a: Args) -> None:
+    rmsnorm, rotary = part(quack, "rmsnorm"), part(quack, "rotary")
+    d, rope = _rope_layout(a)  # type: ignore[misc]  # applies() has vetted the row
+    rows = a["cos_sin_cache"].index_select(0, a["positions"])  # [N, rope]: cos | sin, one entry per pair
+    cos, sin = rows[:, : rope // 2], rows[:, rope // 2: rope]
+    eps = float(a.get("eps", 1e-6))
+    for t, w in ((a["q"], a["q_weight"]), (a["k"], a["k_weight"])):
+        flat = _rows_view(t)
+        # _rmsnorm_fwd(x, weight, out, bias, rstd, mean, residual, residual_out, eps, is_layernorm): in place
+        rmsnorm._rmsnorm_fwd(flat, w, flat, None, None, None, None, None, eps, False)
+        rotary.apply_rotary(t.unsqueeze(0), cos, sin, interleaved=not bool(a["is_neox"]), inplace=True)
+
+
+def flashinfer_qknorm_rope_applies(a: Args) -> str | None:
+    layout = _rope_layout(a)
+    if isinstance(layout, str):
+        return layout
+    q, k, cache = a["q"], a["k"], a["cos_sin_cache"]
+    if cache.dtype != torch.float32:
+        return "FlashInfer's apply_rope_with_cos_sin_cache takes an fp32 cache only"
+    if q.dtype not in (torch.float16, torch.bfloat16) or a["q_weight"].dtype != q.dtype \
+            or a["k_weight"].dtype != k.dtype:
+        return "FlashInfer's rmsnorm takes fp16/bf16 with the weight in the activation dtype"
+    return None
+
+
+def flashinfer_qknorm_rope(flashinfer: ModuleType, a: Args) -> None:
+    norm, rope = part(flashinfer, "norm"), part(flashinfer, "rope")
+    q, k, eps = a["q"], a["k"], float(a.get("eps", 1e-6))
+    norm.rmsnorm(q, a["q_weight"], eps, out=q)  # 3-D [N, H, D] per-head RMSNorm, written in place
+    norm.rmsnorm(k, a["k_weight"], eps, out=k)
+    rope.apply_rope_with_cos_sin_cache_inplace(a["positions"], q.view(q.shape[0], -1), k.view(k.shape[0], -1),
+                                               q.shape[-1], a["cos_sin_cache"], is_neox=bool(a["is_neox"]))
+
+
+PEERS = {
+    "fused_inplace_qknorm_rope": (
+        Peer(*QUACK, module="quack", adapt=quack_qknorm_rope, applies=quack_qknorm_rope_applies,
+             mapping="composed, in place: rmsnorm._rmsnorm_fwd(q as [N*H, D], q_weight, out=itself, eps) (same "
+                     "for k), then rotary.apply_rotary(q[None], cos, sin, interleaved=not is_neox, inplace=True) "
+                     "with cos/sin = the two halves of cos_sin_cache[positions] (half-width caches only; "
+                     "rope_dim < head_dim rotates the first rope_dim lanes, as SGLang)."),
+        Peer(*FLASHINFER, module="flashinfer", adapt=flashinfer_qknorm_rope, applies=flashinfer_qknorm_rope_applies,
+             mapping="composed, in place: norm.rmsnorm(q [N,H,D], q_weight, eps, out=q) (same for k), then "
+                     "rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, head_dim, cache, is_neox): "
+                     "SGLang's [P, rope_dim] cos|sin cache layout; fp32 cache only."),
+        # fused_qk_rmsnorm_rope (FlashInfer) is no peer: it computes a 3-D (frame/height/width) RoPE from `base`
+        # on a packed qkv buffer, not from a cos_sin_cache and positions as SGLang's function does.
+    ),
+}
+
 
 # Byte models the stamper writes into task.toml: (reads, writes-like). The cache counts whole (production
 # rows use one cache row per token); positions and the two weight vectors are read once.

@@ -19,9 +19,13 @@ Contract (SGLang 0.5.23):
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
+from kda_lab.families.peers import Peer
+from kda_lab.families.public_peers import FLOATS, QUACK
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -111,6 +115,59 @@ FUNCTIONS = {
         name="apply_ltx2_split_rotary_emb", oracle=ltx2_split_oracle, torch_reference=ltx2_split_reference,
     ),
 }
+
+# ------------------------------------------------------------------------------------------------ public peers
+
+def quack_rotary_applies(a: Args) -> str | None:
+    x = a.get("x")
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
+        return "QuACK's apply_rotary takes x [B,T,H,D] (3-D [T,H,D] is unsqueezed)"
+    if x.dtype not in FLOATS:
+        return f"QuACK's apply_rotary takes fp16/bf16/fp32 x, not {x.dtype}"
+    d = x.shape[-1]
+    if d % 8 or d > 512:
+        return f"QuACK's apply_rotary needs head_dim % 8 == 0 and <= 512 (head_dim {d})"
+    if x.stride(-1) != 1:
+        return "QuACK's apply_rotary needs x's last stride 1"
+    cos, sin = a.get("cos"), a.get("sin")
+    if not isinstance(cos, torch.Tensor) or not isinstance(sin, torch.Tensor) or cos.dtype != sin.dtype \
+            or cos.dtype not in FLOATS:
+        return "QuACK's apply_rotary needs cos and sin in one fp16/bf16/fp32 dtype"
+    return None
+
+
+def quack_rotary(rotary: ModuleType, a: Args) -> torch.Tensor:
+    """SGLang's ``apply_rotary_embedding`` through ``quack.rotary.apply_rotary``."""
+    x, interleaved = a["x"], bool(a.get("interleaved", False))
+    d, t = x.shape[-1], x.shape[-3]
+    # The same [T, D/2] slice SGLang's wrapper hands its kernel, in the table's own dtype: SGLang's kernel
+    # (rope/rotary_triton.py) and QuACK's both load cos/sin as stored and multiply in fp32; casting an fp32
+    # table to bf16 x's dtype first would round cos/sin, which the oracle rejects where products cancel.
+    cos = _half_width(a["cos"], d, interleaved)[:t]
+    sin = _half_width(a["sin"], d, interleaved)[:t]
+    x4 = x if x.dim() == 4 else x.unsqueeze(0)
+    out = rotary.apply_rotary(x4, cos, sin, interleaved=True)  # GPT-J pairs, whatever SGLang's flag says
+    return out if x.dim() == 4 else out.squeeze(0)
+
+
+PEERS = {
+    "apply_rotary_embedding": (
+        Peer(*QUACK, module="quack.rotary", adapt=quack_rotary, applies=quack_rotary_applies,
+             mapping="apply_rotary(x[B,T,H,D] (3-D x unsqueezed), cos, sin, interleaved=True): SGLang always "
+                     "rotates GPT-J pairs and only slices cos/sin ([T, D/2], or every other column of a "
+                     "full-width [T, D] table when interleaved=True), passed in its own dtype: both kernels "
+                     "multiply in fp32 with cos/sin as stored, one rounding to x's dtype."),
+        # No FlashInfer peer: flashinfer.rope's cache API (apply_rope_with_cos_sin_cache[_inplace]) rotates a query
+        # *and* a key from one fp32 [max_pos, rotary_dim] cos|sin cache by positions, and apply_rope[_pos_ids]
+        # computes cos/sin from rope_theta. Mapping SGLang's single x with separate [T, D/2] tables onto it needs a
+        # torch.cat of cos and sin, a positions tensor per batch and a dummy key on every call: glue kernels that
+        # would be timed as FlashInfer. (qknorm_rope.PEERS uses that API where it fits: SGLang's cache layout.)
+    ),
+    # apply_ltx2_split_rotary_emb: no public peer. Its cos/sin are per batch *and per head* ([B,H,S,D/2]) and
+    # x*cos is rounded to bf16 on purpose (the exact contract); QuACK's and FlashInfer's rotary take one
+    # [S, D/2] table shared by all heads and keep fp32 products.
+}
+
 
 # Byte models the stamper writes into task.toml: (reads, writes-like). cos/sin are read once per token
 # (the kernels re-read them per batch entry / head from cache).
