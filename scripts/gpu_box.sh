@@ -52,6 +52,8 @@ for cmd in "$@"; do
   # shellcheck disable=SC2086  # each argument is one kda command line, split on purpose
   timeout "${KDA_CMD_TIMEOUT:-0}" python3 -m kda_lab $cmd 2>&1 | tee -a "$OUT/log.txt" || status=1
   # Pack after every command: a call cut off at its limit still brings back what finished.
-  tar czf "$OUT/ledgers.tgz" kernels/*/benchmark.csv kernels/*/solutions.jsonl
+  ledgers=(kernels/*/benchmark.csv kernels/*/solutions.jsonl)
+  if [ -f e2e/benchmark.csv ]; then ledgers+=(e2e/benchmark.csv); fi
+  tar czf "$OUT/ledgers.tgz" "${ledgers[@]}"
 done
 exit "$status"

@@ -15,4 +15,8 @@ while IFS= read -r f; do
   fi
 done < <(find "$tmp" -type f)
 cp -r "$tmp"/kernels/. "$root/kernels/"
-echo "unpacked ledgers into $root/kernels; review with git diff --stat, then commit"
+if [ -d "$tmp/e2e" ]; then
+  mkdir -p "$root/e2e"
+  cp -r "$tmp"/e2e/. "$root/e2e/"
+fi
+echo "unpacked ledgers into $root/kernels (and e2e/ when the box ran kda e2e); review with git diff --stat, then commit"
