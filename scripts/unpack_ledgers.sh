@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Unpack ledgers brought back from the GPU box (scripts/gpu_box.sh) over the working tree. Refuses when a
-# local ledger is not a prefix of the box's copy (the ledgers are append-only on both sides).
+# Unpack ledgers brought back from the GPU box (scripts/gpu_box.sh) into the working tree, one call's
+# ledgers.tgz after another, in call order. Each box call starts from the commit in .kda-git-commit, so each
+# tarball is that commit's ledgers plus the rows of its call: kda_lab/measure/box_ledgers.py appends each
+# call's new rows and refuses a copy that did not start from that commit (the ledgers are append-only).
+#
+#   scripts/unpack_ledgers.sh [--commit SHA] CALL1/ledgers.tgz [CALL2/ledgers.tgz ...]
 set -euo pipefail
-tgz=${1:?usage: scripts/unpack_ledgers.sh PATH/ledgers.tgz}
-root=$(git rev-parse --show-toplevel)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-tar xzf "$tgz" -C "$tmp"
-while IFS= read -r f; do
-  rel=${f#"$tmp"/}
-  if [ -f "$root/$rel" ] && ! cmp -s <(head -c "$(stat -c %s "$root/$rel")" "$f") "$root/$rel"; then
-    echo "refusing: $rel changed locally since the box run (not a prefix of the box's copy)" >&2
-    exit 1
-  fi
-done < <(find "$tmp" -type f)
-cp -r "$tmp"/kernels/. "$root/kernels/"
-if [ -d "$tmp/e2e" ]; then
-  mkdir -p "$root/e2e"
-  cp -r "$tmp"/e2e/. "$root/e2e/"
+if [ "$#" -eq 0 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
 fi
-echo "unpacked ledgers into $root/kernels (and e2e/ when the box ran kda e2e); review with git diff --stat, then commit"
+root=$(git rev-parse --show-toplevel)  # the checkout whose ledgers receive the rows
+lab=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # the lab code that merges them
+python=python3
+if [ -x "$lab/.venv/bin/python" ]; then python="$lab/.venv/bin/python"; fi
+args=()
+for a in "$@"; do
+  case $a in
+    --commit) args+=("$a") ;;
+    -*) args+=("$a") ;;
+    *) if [ -f "$a" ]; then args+=("$(cd "$(dirname "$a")" && pwd)/$(basename "$a")"); else args+=("$a"); fi ;;
+  esac
+done
+cd "$root"
+PYTHONPATH="$lab${PYTHONPATH:+:$PYTHONPATH}" "$python" -m kda_lab.measure.box_ledgers --root "$root" "${args[@]}"
+echo "review with git diff --stat, then commit"

@@ -388,14 +388,16 @@ def _sgl_kernel_on_cuda() -> str:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(bool(_sgl_kernel_on_cuda()), reason=_sgl_kernel_on_cuda() or "ready")
-@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+# sgl_kernel's norms dispatch fp16/bf16 only ("failed to dispatch data type Float" on the H200, 2026-11-25);
+# SGLang's diffusion layers call them with half-precision activations.
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 def test_staged_sgl_kernel_matches_torch_on_the_gpu(dtype_name: str) -> None:
     import sgl_kernel
     import torch
     import torch.nn.functional as F
 
     dtype = getattr(torch, dtype_name)
-    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}[dtype_name]
+    tol = {"float16": 2e-3, "bfloat16": 2e-2}[dtype_name]
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(257, 3072, device="cuda", dtype=dtype, generator=g)
     w = 1 + 0.1 * torch.randn(3072, device="cuda", dtype=dtype, generator=g)

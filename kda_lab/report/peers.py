@@ -70,6 +70,10 @@ def peers_doc(reports: list[TaskReport]) -> str:
     for t in reports:
         run = t.peer_run()
         if run is None:
+            if t.runs:  # measured, but no peer was ever timed: say so rather than leave the family out
+                any_rows = True
+                out.append(f"| {t.slug} | {t.family} | – | no peer timed: the family has none (`PEERS` in "
+                           f"`kda_lab/families/{t.family}.py` says why) or no run since they were added | | | | | | |")
             continue
         best = run.summary("speedup_vs_best_peer")
         best_cell = "–" if best["geomean"] is None else f"{_x(best['geomean'])} ({run.candidate_id})"
