@@ -6,7 +6,8 @@
 #
 # The box receives a copy of the working tree without .git: the commit is taken here, where the repository is,
 # into the ignored file .kda-git-commit (`git rev-parse HEAD > .kda-git-commit`, carried with .gpu-stage-a),
-# or given literally as KDA_GIT_COMMIT=<sha>. Back here: scripts/unpack_ledgers.sh <files_at>/ledgers.tgz.
+# or given literally as KDA_GIT_COMMIT=<sha>. Back here: scripts/unpack_ledgers.sh <files_at>/ledgers.tgz (every
+# call's tarball, in call order).
 set -euo pipefail
 if [ "$#" -eq 0 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
