@@ -10,7 +10,7 @@
 # call's tarball, in call order).
 set -euo pipefail
 if [ "$#" -eq 0 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 : "${OUT:?OUT is unset: this script runs on the GPU box through the device tool}"
