@@ -261,3 +261,26 @@ def test_box_and_cpu_pins_of_the_model_module_deps_agree() -> None:
     assert all(cpu.values()), "requirements/e2e-cpu.txt is installed --no-deps: every line pinned"
     for name in (norm(n) for f in (E2E_DEPS, E2E_NODEPS) for n in requirement_lines(f)):
         assert name in cpu and gpu[name] == cpu[name], (name, gpu.get(name), cpu.get(name))
+
+
+def test_dits_are_built_under_sglang_compute_dtype(tmp_path: Path) -> None:
+    """SGLang's loader sets the compute dtype before building a DiT; its attention layers choose their backend by
+    it. Built under the fp32 default, the H200 rows ran torch SDPA instead of FlashAttention (2026-11-25)."""
+    code = """
+import sys, json
+from kda_lab.e2e import runtime
+sys.path.insert(0, runtime.cpu_e2e_site())
+runtime.init_sglang("cpu")
+from sglang.multimodal_gen.runtime.utils import precision
+precision._mixed_precision_state.state = None
+import torch
+from kda_lab.e2e.models import build_flux
+before = precision.get_compute_dtype()
+build_flux("cpu", True, None)
+print(json.dumps([str(before), str(precision.get_compute_dtype())]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    before, after = json.loads(r.stdout.strip().splitlines()[-1])
+    assert before == "torch.float32" and after == "torch.bfloat16"

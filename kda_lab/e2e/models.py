@@ -71,6 +71,11 @@ def _dit(config_cls: str, model_cls: str, arch: dict[str, Any], device: str, dty
     cfg_mod, _, cfg_name = config_cls.partition(":")
     cfg = getattr(importlib.import_module("sglang.multimodal_gen.configs.models.dits." + cfg_mod), cfg_name)()
     cfg.update_model_arch(dict(arch))
+    # SGLang's loader sets the compute dtype before it builds a DiT (loader/fsdp_load.py); its attention layers
+    # pick their backend from it, and under the fp32 default an H200 DiT would get torch SDPA instead of FA3.
+    from sglang.multimodal_gen.runtime.utils.precision import set_mixed_precision_policy
+
+    set_mixed_precision_policy(param_dtype=dtype, reduce_dtype=torch.float32)
     with torch.device(device):
         model = sglang_class(model_cls)(cfg, {})
     model = model.to(dtype=dtype).eval()
