@@ -18,6 +18,7 @@ import io
 import json
 import math
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +30,29 @@ SOLUTIONS_FILE = "solutions.jsonl"
 # Fixed schemas, oldest first. Adding a column is a schema change: a new entry here; appending to a ledger
 # written under an older schema first appends the new header line (the migration), and rows above it keep
 # their schema and their chain (never rewritten). Readers fill columns a row's schema lacks with "".
-BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (
-    (  # v1: up to the overlay column
-        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
-        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
-        "baseline_us", "baseline_p10_us", "baseline_p90_us",
-        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
-        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
-        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
-        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang",
-        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
-    ),
-    (  # v2: + overlay (was kda_kernels installed in the measuring process; kda_lab.measure.env.overlay_state)
-        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
-        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
-        "baseline_us", "baseline_p10_us", "baseline_p90_us",
-        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
-        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
-        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
-        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay",
-        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
-    ),
-    (  # v3: + the public peers (kda_lab.families.peers): every peer's verdict/time as JSON, and the best one
-        "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
-        "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
-        "baseline_us", "baseline_p10_us", "baseline_p90_us",
-        "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
-        "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
-        "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
-        "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay",
-        "peers", "best_peer", "best_peer_us", "speedup_vs_best_peer",
-        "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
-    ),
+_V1 = (
+    "ts", "run_id", "task", "arch", "mode", "candidate_id", "source_hash",
+    "function", "row", "row_kind", "model", "preset", "dtype", "shape", "bytes",
+    "baseline_us", "baseline_p10_us", "baseline_p90_us",
+    "candidate_us", "candidate_p10_us", "candidate_p90_us", "speedup",
+    "compile_us", "speedup_vs_compile", "copy_us", "sol", "candidate_tbps", "baseline_tbps",
+    "host_baseline_us", "host_candidate_us", "trials", "input_sets", "seed",
+    "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang",
+    "git_commit", "git_dirty", "command", "supersedes", "note", "chain",
 )
+
+
+def _after(schema: tuple[str, ...], anchor: str, added: tuple[str, ...]) -> tuple[str, ...]:
+    """``schema`` with ``added`` inserted right after column ``anchor``."""
+    k = schema.index(anchor) + 1
+    return schema[:k] + added + schema[k:]
+
+
+# v2: + overlay (was kda_kernels installed in the measuring process; kda_lab.measure.env.overlay_state)
+_V2 = _after(_V1, "sglang", ("overlay",))
+# v3: + the public peers (kda_lab.families.peers): every peer's verdict/time as JSON, and the best one
+_V3 = _after(_V2, "overlay", ("peers", "best_peer", "best_peer_us", "speedup_vs_best_peer"))
+BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 BENCHMARK_COLUMNS: tuple[str, ...] = BENCHMARK_SCHEMAS[-1]
 BENCHMARK_MODES = ("bench", "aa", "baseline-only")
 ROW_KINDS = ("production", "test")
@@ -184,21 +175,33 @@ def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
     for _, fields in _records(text):
         if tuple(fields) in BENCHMARK_SCHEMAS:
             header_in_force = tuple(fields)
+    text = chained_csv(BENCHMARK_COLUMNS, rows, prev, header=header_in_force != BENCHMARK_COLUMNS,
+                       name=BENCHMARK_FILE)
+    with path.open("a", newline="") as f:
+        f.write(text)
+
+
+def chained_csv(columns: tuple[str, ...], rows: list[dict[str, Any]], prev: str, header: bool, name: str,
+                check: Callable[[dict[str, Any]], None] | None = None) -> str:
+    """CSV text of ``rows`` (unknown keys rejected, missing keys empty, ``ts`` filled) whose ``chain`` column
+    extends the hash chain from ``prev``; with the header line first when ``header``. Every append-only CSV
+    ledger (task benchmark.csv, e2e/benchmark.csv) writes through this."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=BENCHMARK_COLUMNS, lineterminator="\n")
-    if header_in_force != BENCHMARK_COLUMNS:
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    if header:
         writer.writeheader()
     for row in rows:
-        unknown = set(row) - set(BENCHMARK_COLUMNS)
+        unknown = set(row) - set(columns)
         if unknown:
-            raise LedgerError(f"unknown benchmark.csv columns: {sorted(unknown)}")
-        out = {c: _fmt(row.get(c)) for c in BENCHMARK_COLUMNS}
+            raise LedgerError(f"unknown {name} columns: {sorted(unknown)}")
+        if check is not None:
+            check(row)
+        out = {c: _fmt(row.get(c)) for c in columns}
         out["ts"] = out["ts"] or now_iso()
-        out["chain"] = _chain(prev, _row_content(out, BENCHMARK_COLUMNS))
+        out["chain"] = _chain(prev, _row_content(out, columns))
         prev = out["chain"]
         writer.writerow(out)
-    with path.open("a", newline="") as f:
-        f.write(buf.getvalue())
+    return buf.getvalue()
 
 
 def header_line() -> str:
@@ -488,7 +491,8 @@ def validate_ledgers(task_dir: Path) -> list[str]:
 
 # ---------------------------------------------------------------- summaries
 
-def _f(v: Any) -> float | None:
+def number(v: Any) -> float | None:
+    """A ledger cell as a float; None when it is empty, not a number, or NaN."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -498,7 +502,7 @@ def _f(v: Any) -> float | None:
 
 def summarize_run(rows: list[dict[str, Any]], column: str = "speedup") -> dict[str, Any]:
     """Equal-weight geomean and worst row of ``column`` over the production rows of one run."""
-    prod = [(r["row"], _f(r.get(column))) for r in rows if r.get("row_kind") == "production"]
+    prod = [(r["row"], number(r.get(column))) for r in rows if r.get("row_kind") == "production"]
     prod = [(name, v) for name, v in prod if v is not None]
     if not prod:
         return {"geomean": None, "worst": None, "worst_row": None, "n_rows": 0}

@@ -17,9 +17,8 @@ from typing import Any
 from kda_lab.ledger import (
     LedgerError,
     _chain,
-    _fmt,
     _row_content,
-    now_iso,
+    chained_csv,
     validate_against_git,
     validate_git_history,
 )
@@ -61,24 +60,15 @@ def append(root: Path, rows: list[dict[str, Any]]) -> None:
     p = path(root)
     existing = read(root)
     prev = existing[-1]["chain"] if existing else ""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=E2E_COLUMNS, lineterminator="\n")
-    if not p.exists() or p.stat().st_size == 0:
-        writer.writeheader()
-    for row in rows:
-        unknown = set(row) - set(E2E_COLUMNS)
-        if unknown:
-            raise LedgerError(f"unknown e2e/benchmark.csv columns: {sorted(unknown)}")
+    def known_status(row: dict[str, Any]) -> None:
         if row.get("status") not in STATUSES:
             raise LedgerError(f"status {row.get('status')!r} not in {STATUSES}")
-        out = {c: _fmt(row.get(c)) for c in E2E_COLUMNS}
-        out["ts"] = out["ts"] or now_iso()
-        out["chain"] = _chain(prev, _row_content(out, E2E_COLUMNS))
-        prev = out["chain"]
-        writer.writerow(out)
+
+    text = chained_csv(E2E_COLUMNS, rows, prev, header=not p.exists() or p.stat().st_size == 0,
+                       name="e2e/benchmark.csv", check=known_status)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("a", newline="") as f:
-        f.write(buf.getvalue())
+        f.write(text)
 
 
 def validate(root: Path) -> list[str]:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kda_lab.report.cells import fixed, times
 from kda_lab.report.model import (
     LARGE_ROW_BYTES,
     SUSPECT_SOL,
@@ -42,9 +43,6 @@ README = Path("README.md")
 
 
 # ------------------------------------------------------------------------------------------------ formatting
-
-def _x(v: float | None, digits: int = 3) -> str:
-    return "–" if v is None else f"{v:.{digits}f}×"
 
 
 def _aa_text(t: TaskReport, short: bool = True) -> str:
@@ -75,7 +73,7 @@ def _headline_cells(t: TaskReport) -> tuple[str, str, str]:
         base = t.baseline_run()
         return "–", "–", _sol_text(base, "SGLang ") if base else "–"
     s = head.summary()
-    return (f"{_x(s['geomean'])} ({head.candidate_id})", f"{_x(s['worst'])} {s['worst_row']}", _sol_text(head))
+    return (f"{times(s['geomean'])} ({head.candidate_id})", f"{times(s['worst'])} {s['worst_row']}", _sol_text(head))
 
 
 def task_table(reports: list[TaskReport], link_prefix: str = "") -> str:
@@ -113,19 +111,16 @@ def _row_table(t: TaskReport, run: Run) -> list[str]:
         mb = (r["bytes"] or 0) / 1e6
         sol = "–" if r["sol"] is None else f"{r['sol']:.2f}" + (
             "!" if r["sol"] > SUSPECT_SOL and (r["bytes"] or 0) >= LARGE_ROW_BYTES else "")
-        cells = [f"`{name}`", r["model"] or "", f"{mb:.1f}", _f(r["baseline_us"])]
+        cells = [f"`{name}`", r["model"] or "", f"{mb:.1f}", fixed(r["baseline_us"])]
         if bench:
-            cells += [_f(r["candidate_us"]), _x(r["speedup"])]
-        cells += [_x(r["speedup_vs_compile"], 2), _f(r["baseline_tbps"])]
+            cells += [fixed(r["candidate_us"]), times(r["speedup"])]
+        cells += [times(r["speedup_vs_compile"], 2), fixed(r["baseline_tbps"])]
         if bench:
-            cells.append(_f(r["candidate_tbps"]))
+            cells.append(fixed(r["candidate_tbps"]))
         cells.append(sol)
         out.append("| " + " | ".join(cells) + " |")
     return out
 
-
-def _f(v: float | None, digits: int = 2) -> str:
-    return "–" if v is None else f"{v:.{digits}f}"
 
 
 def task_section(t: TaskReport) -> str:
@@ -146,11 +141,11 @@ def task_section(t: TaskReport) -> str:
             s, sc = head.summary(), head.summary("speedup_vs_compile")
             out.append(f"| headline | candidate **{head.candidate_id}** ({kind}), run `{head.run_id}`, {head.date}, "
                        f"{head.gpu} |")
-            out.append(f"| geomean vs SGLang | **{_x(s['geomean'])}** over {s['n_rows']} production rows |")
-            out.append(f"| worst row vs SGLang | {_x(s['worst'])} (`{s['worst_row']}`) |")
+            out.append(f"| geomean vs SGLang | **{times(s['geomean'])}** over {s['n_rows']} production rows |")
+            out.append(f"| worst row vs SGLang | {times(s['worst'])} (`{s['worst_row']}`) |")
             if sc["geomean"] is not None:
-                out.append(f"| geomean vs torch.compile | {_x(sc['geomean'])} over {sc['n_rows']} rows |")
-                out.append(f"| worst row vs torch.compile | {_x(sc['worst'])} (`{sc['worst_row']}`) |")
+                out.append(f"| geomean vs torch.compile | {times(sc['geomean'])} over {sc['n_rows']} rows |")
+                out.append(f"| worst row vs torch.compile | {times(sc['worst'])} (`{sc['worst_row']}`) |")
             else:
                 out.append("| vs torch.compile | not measured in this run |")
             out.append(f"| sol on large rows (≥ 64 MB) | {_sol_text(head)} |")
@@ -186,11 +181,11 @@ def task_section(t: TaskReport) -> str:
                 g = f"A/A {a['geomean']:.4f}" if a else "–"
                 worst = f"max {a['max_dev']:.2%}" if a else "–"
             else:
-                g = _x(s["geomean"]) if s["geomean"] is not None else "–"
-                worst = f"{_x(s['worst'])} `{s['worst_row']}`" if s["worst"] is not None else "–"
+                g = times(s["geomean"]) if s["geomean"] is not None else "–"
+                worst = f"{times(s['worst'])} `{s['worst_row']}`" if s["worst"] is not None else "–"
             sc = r.summary("speedup_vs_compile")["geomean"]
             out.append(f"| `{r.run_id}` | {r.date} | {r.mode} | {r.candidate_id} | {r.gpu} | {len(r.rows)} | {g} | "
-                       f"{worst} | {_x(sc, 2)} |")
+                       f"{worst} | {times(sc, 2)} |")
         out.append("")
     if t.superseded:
         out.append("Superseded: " + "; ".join(f"`{a}` by `{b}`" for a, b in t.superseded) + ".")
@@ -207,7 +202,7 @@ def task_section(t: TaskReport) -> str:
             g = b.geomean if b else None
             if g is not None:
                 best_so_far = g if best_so_far is None else max(best_so_far, g)
-            out.append(f"| {c.id} | {c.parent or '–'} | {c.status} | `{c.source_hash}` | {_x(g)} | {_x(best_so_far)} |")
+            out.append(f"| {c.id} | {c.parent or '–'} | {c.status} | `{c.source_hash}` | {times(g)} | {times(best_so_far)} |")
         out.append("")
     return "\n".join(out)
 

@@ -173,14 +173,6 @@ class TaskReport:
 
 # ------------------------------------------------------------------------------------------------ loading
 
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
 def _peers(text: str) -> dict[str, dict[str, Any]]:
     """The peers column (JSON; kda validate rejects anything else), {} for rows of an older schema."""
     if not text:
@@ -241,7 +233,7 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
             if r.get("row_kind") != "production":
                 continue
             rec: dict[str, Any] = {k: r.get(k, "") for k in ("row", "row_kind", "model", "function", "shape")}
-            rec.update({k: _num(r.get(k)) for k in NUMERIC})
+            rec.update({k: ledger.number(r.get(k)) for k in NUMERIC})
             rec["best_peer"] = r.get("best_peer", "")
             rec["peers"] = _peers(r.get("peers", ""))
             prod.append(rec)

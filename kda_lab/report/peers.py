@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kda_lab.report.cells import times
 from kda_lab.report.model import TaskReport
 
 PEERS_DOC = Path("docs/peers.md")
 
-
-def _x(v: float | None, digits: int = 3) -> str:
-    return "–" if v is None else f"{v:.{digits}f}×"
 
 
 def vs_best_peer_cell(t: TaskReport) -> str:
@@ -26,7 +24,7 @@ def vs_best_peer_cell(t: TaskReport) -> str:
     s = head.summary("speedup_vs_best_peer")
     if s["geomean"] is None:
         return "–"
-    return f"{_x(s['geomean'])}, worst {_x(s['worst'])}"
+    return f"{times(s['geomean'])}, worst {times(s['worst'])}"
 
 
 def task_peer_lines(t: TaskReport) -> list[str]:
@@ -41,9 +39,9 @@ def task_peer_lines(t: TaskReport) -> list[str]:
            "|---|---|---:|---|---:|---|---:|"]
     for name in run.peer_names:
         p = run.peer_summary(name)
-        worst = f"{_x(p['worst'])} `{p['worst_row']}`" if p["worst"] is not None else "–"
+        worst = f"{times(p['worst'])} `{p['worst_row']}`" if p["worst"] is not None else "–"
         wrong = ", ".join(f"`{r}`" for r in p["wrong"]) or "–"
-        out.append(f"| {name} | {p['version']} | {_x(p['geomean'])} | {worst} | {p['timed']} | {wrong} | "
+        out.append(f"| {name} | {p['version']} | {times(p['geomean'])} | {worst} | {p['timed']} | {wrong} | "
                    f"{p['not_applied']} |")
     beaten = run.beaten_by_peers()
     out.append("")
@@ -76,13 +74,13 @@ def peers_doc(reports: list[TaskReport]) -> str:
                            f"`kda_lab/families/{t.family}.py` says why) or no run since they were added | | | | | | |")
             continue
         best = run.summary("speedup_vs_best_peer")
-        best_cell = "–" if best["geomean"] is None else f"{_x(best['geomean'])} ({run.candidate_id})"
+        best_cell = "–" if best["geomean"] is None else f"{times(best['geomean'])} ({run.candidate_id})"
         for name in run.peer_names:
             any_rows = True
             p = run.peer_summary(name)
-            worst = f"{_x(p['worst'])} `{p['worst_row']}`" if p["worst"] is not None else "–"
+            worst = f"{times(p['worst'])} `{p['worst_row']}`" if p["worst"] is not None else "–"
             out.append(f"| {t.slug} | {t.family} | `{run.run_id}` ({run.mode}) | {name} {p['version']} | "
-                       f"{_x(p['geomean'])} | {worst} | {p['timed']} | {len(p['wrong'])} | {p['not_applied']} | "
+                       f"{times(p['geomean'])} | {worst} | {p['timed']} | {len(p['wrong'])} | {p['not_applied']} | "
                        f"{best_cell} |")
     if not any_rows:
         out.append("| (no run has timed a peer yet: `kda bench <task> --baseline-only` on the task's GPU) "
