@@ -30,6 +30,8 @@ fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
+# shellcheck source=scripts/gpu_stage/lib.sh
+. "$here/gpu_stage/lib.sh"
 cache=${KDA_STAGE_CACHE:-$HOME/.cache/kda-gpu-stage}
 limit_mb=${KDA_STAGE_LIMIT_MB:-48}
 python=${PYTHON:-python3}
@@ -55,18 +57,7 @@ for name in "${cute_names[@]}"; do
   cute_reqs+=("$name==$(pinned "$root/requirements/gpu.txt" "$name")")
 done
 
-download=("$python" -m pip download -q --only-binary=:all: --implementation cp
-          --python-version "${KDA_STAGE_PYTHON:-3.12}"
-          --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64
-          --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
-          --platform manylinux_2_12_x86_64 --platform manylinux1_x86_64)
-if [ -n "${KDA_STAGE_WHEELS:-}" ]; then
-  if [ ! -d "$KDA_STAGE_WHEELS" ]; then
-    echo "KDA_STAGE_WHEELS=$KDA_STAGE_WHEELS is not a directory" >&2
-    exit 2
-  fi
-  download+=(--no-index --find-links "$(cd "$KDA_STAGE_WHEELS" && pwd)")
-fi
+stage_download
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -139,15 +130,7 @@ mv "$a" "$root/.gpu-stage-a"
 mv "$b" "$root/.gpu-stage-b"
 mv "$c" "$root/.gpu-stage-c"
 
-# Keep the folders out of git even in a checkout whose .gitignore lacks them (info/exclude is per clone).
-if git -C "$root" rev-parse --git-dir > /dev/null 2>&1; then
-  exclude=$(git -C "$root" rev-parse --git-path info/exclude)
-  case $exclude in /*) ;; *) exclude=$root/$exclude ;; esac
-  mkdir -p "$(dirname "$exclude")"
-  for folder in .gpu-stage-a .gpu-stage-b .gpu-stage-c; do
-    git -C "$root" check-ignore -q "$folder/" || echo "/$folder/" >> "$exclude"
-  done
-fi
+exclude_from_git "$root" .gpu-stage-a .gpu-stage-b .gpu-stage-c
 du -sh "$root/.gpu-stage-a" "$root/.gpu-stage-b" "$root/.gpu-stage-c"
 echo "staged SGLang $sglang_version and CuTe DSL $cute_version: carry .gpu-stage-a on a box's first run," \
      "then .gpu-stage-b; .gpu-stage-c for kda e2e (docs/gpu-box.md, docs/e2e.md)"

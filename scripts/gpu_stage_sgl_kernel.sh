@@ -31,6 +31,8 @@ fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
+# shellcheck source=scripts/gpu_stage/lib.sh
+. "$here/gpu_stage/lib.sh"
 cache=${KDA_STAGE_CACHE:-$HOME/.cache/kda-gpu-stage}
 chunk_mb=${KDA_STAGE_CHUNK_MB:-56}
 python=${PYTHON:-python3}
@@ -51,16 +53,8 @@ if [ -z "$line" ]; then
 fi
 version=${line#sglang-kernel==}
 
-download=("$python" -m pip download -q --no-deps --only-binary=:all: --implementation cp
-          --python-version "${KDA_STAGE_PYTHON:-3.12}"
-          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-if [ -n "${KDA_STAGE_WHEELS:-}" ]; then
-  if [ ! -d "$KDA_STAGE_WHEELS" ]; then
-    echo "KDA_STAGE_WHEELS=$KDA_STAGE_WHEELS is not a directory" >&2
-    exit 2
-  fi
-  download+=(--no-index --find-links "$(cd "$KDA_STAGE_WHEELS" && pwd)")
-fi
+stage_download
+download+=(--no-deps)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -103,14 +97,9 @@ for folder in "$work"/out/d*; do
   mv "$folder" "$root/.gpu-stage-$(basename "$folder")"
   count=$((count + 1))
 done
-if git -C "$root" rev-parse --git-dir > /dev/null 2>&1; then
-  exclude=$(git -C "$root" rev-parse --git-path info/exclude)
-  case $exclude in /*) ;; *) exclude=$root/$exclude ;; esac
-  mkdir -p "$(dirname "$exclude")"
-  for ((k = 1; k <= count; k++)); do
-    git -C "$root" check-ignore -q ".gpu-stage-d$k/" || echo "/.gpu-stage-d$k/" >> "$exclude"
-  done
-fi
+folders=()
+for ((k = 1; k <= count; k++)); do folders+=(".gpu-stage-d$k"); done
+exclude_from_git "$root" "${folders[@]}"
 du -sh "$root"/.gpu-stage-d[0-9]*
 echo "staged sglang-kernel $version in $count folder(s) ($(cut -d' ' -f2 "$work/folders.txt" | uniq -c | xargs)):" \
      "carry .gpu-stage-d1 .. .gpu-stage-d$count, after .gpu-stage-a on the same warm box (docs/gpu-box.md)"

@@ -190,7 +190,7 @@ def clean_env(tmp: Path, **extra_env: str) -> dict[str, str]:
 def checkout(tmp: Path) -> Path:
     """A git checkout holding the staging scripts and the requirements they read, without a .gitignore."""
     repo = tmp / "repo"
-    for rel in ("scripts/gpu_stage.sh", "scripts/gpu_stage/setup-a.sh", "scripts/gpu_stage/setup-b.sh",
+    for rel in ("scripts/gpu_stage.sh", "scripts/gpu_stage/lib.sh", "scripts/gpu_stage/setup-a.sh", "scripts/gpu_stage/setup-b.sh",
                 "scripts/gpu_stage/setup-c.sh", "scripts/gpu_stage/box-deps.txt", "scripts/gpu_stage/e2e-deps.txt",
                 "scripts/gpu_stage/e2e-deps-nodeps.txt", "scripts/gpu_stage/peer-deps-nodeps.txt", "requirements/gpu.txt",
                 "requirements/sglang.txt"):

@@ -89,7 +89,7 @@ DROPPED = {"sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/flashmla_ops.abi3.
 def checkout(tmp: Path, wheel: Path) -> Path:
     """A git checkout with the staging scripts, and the pin rewritten to the built wheel's sha256."""
     repo = tmp / "repo"
-    for path in (STAGE, HELPER, SETUP_D, PIN):
+    for path in (STAGE, STAGE.parent / "gpu_stage" / "lib.sh", HELPER, SETUP_D, PIN):
         rel = path.relative_to(REPO)
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, repo / rel)
