@@ -145,11 +145,14 @@ def read_benchmark_rows(task_dir: Path) -> list[dict[str, str]]:
     """Every row as a dict over the newest schema (columns a row's schema lacks are ""). A record that does
     not parse raises LedgerError (run `kda validate`)."""
     path = Path(task_dir) / BENCHMARK_FILE
-    if not path.exists():
-        return []
-    rows, problems = _parse_benchmark(path.read_text(), path.name)
+    return benchmark_rows_from_text(path.read_text(), str(path)) if path.exists() else []
+
+
+def benchmark_rows_from_text(text: str, where: str) -> list[dict[str, str]]:
+    """:func:`read_benchmark_rows` of a benchmark.csv's text (``where`` names it in the error)."""
+    rows, problems = _parse_benchmark(text, Path(where).name)
     if problems:
-        raise LedgerError(f"{path}: {problems[0]} (run `kda validate`)")
+        raise LedgerError(f"{where}: {problems[0]} (run `kda validate`)")
     return [_as_row(columns, fields) for _, columns, fields in rows]
 
 

@@ -49,10 +49,12 @@ def path(root: Path) -> Path:
 
 def read(root: Path) -> list[dict[str, str]]:
     p = path(root)
-    if not p.exists() or p.stat().st_size == 0:
-        return []
-    with p.open(newline="") as f:
-        return list(csv.DictReader(f))
+    return rows_from_text(p.read_text()) if p.exists() else []
+
+
+def rows_from_text(text: str) -> list[dict[str, str]]:
+    """:func:`read` of an e2e/benchmark.csv's text."""
+    return list(csv.DictReader(io.StringIO(text))) if text else []
 
 
 def append(root: Path, rows: list[dict[str, Any]]) -> None:

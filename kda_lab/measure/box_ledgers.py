@@ -19,8 +19,6 @@ as several tarballs that each extend the same base. Per ledger file:
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import subprocess
 import sys
@@ -40,23 +38,18 @@ def base_text(root: Path, commit: str, rel: str) -> str:
     return r.stdout if r.returncode == 0 else ""
 
 
-def _benchmark_records(text: str, name: str) -> list[dict[str, str]]:
-    records, problems = ledger._parse_benchmark(text, name)
-    if problems:
-        raise BoxLedgerError(f"{name}: {problems[0]}")
-    return [dict(zip(columns, fields, strict=True)) for _, columns, fields in records]
-
-
 def _new_rows(kind: str, base: str, box: str, rel: str) -> list[dict]:
-    if kind == "benchmark":
-        old, new = _benchmark_records(base, rel), _benchmark_records(box, rel)
-        return [{k: v for k, v in r.items() if k != "chain"} for r in new[len(old):]]
-    if kind == "solutions":
-        lines = [ln for ln in box[len(base):].splitlines() if ln.strip()]
-        return [{k: v for k, v in json.loads(ln).items() if k != "chain"} for ln in lines]
-    rows = list(csv.DictReader(io.StringIO(box)))
-    n_old = len(list(csv.DictReader(io.StringIO(base)))) if base else 0
-    return [{k: v for k, v in r.items() if k != "chain"} for r in rows[n_old:]]
+    """The rows ``box`` adds after ``base``, without their chain values (the append recomputes them)."""
+    try:
+        if kind == "benchmark":
+            old, new = ledger.benchmark_rows_from_text(base, rel), ledger.benchmark_rows_from_text(box, rel)
+        elif kind == "solutions":
+            old, new = [], [json.loads(ln) for ln in box[len(base):].splitlines() if ln.strip()]
+        else:
+            old, new = e2e_ledger.rows_from_text(base), e2e_ledger.rows_from_text(box)
+    except ledger.LedgerError as e:
+        raise BoxLedgerError(str(e)) from e
+    return [{k: v for k, v in r.items() if k != "chain"} for r in new[len(old):]]
 
 
 def _kind(rel: str) -> str:
