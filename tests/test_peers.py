@@ -26,8 +26,7 @@ import pytest
 import torch
 
 from kda_lab.families import contract
-from kda_lab.families.peers import Peer, PeerUnavailable, bound
-from kda_lab.families.public_peers import FLASHINFER, LIGER, QUACK
+from kda_lab.families.peers import FLASHINFER, LIGER, QUACK, Peer, PeerUnavailable, bound
 from kda_lab.measure.correctness import RowResult, check_row
 from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_task

@@ -27,8 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kda_lab.families.base import Args, FunctionContract
-from kda_lab.families.peers import Peer
-from kda_lab.families.public_peers import LIGER, part
+from kda_lab.families.peers import LIGER, Peer, part
 
 
 def group_norm_silu64(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int,

@@ -29,8 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from kda_lab.families.base import Args, FunctionContract, returned
-from kda_lab.families.peers import Peer
-from kda_lab.families.public_peers import FLASHINFER, FLOATS, HALF, LIGER, QUACK, part
+from kda_lab.families.peers import FLASHINFER, FLOATS, HALF, LIGER, QUACK, Peer, part
 
 
 def _rms64(x: torch.Tensor, eps: float) -> torch.Tensor:

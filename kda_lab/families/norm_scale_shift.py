@@ -39,8 +39,7 @@ from types import ModuleType
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
-from kda_lab.families.peers import Peer
-from kda_lab.families.public_peers import FLASHINFER, LIGER, part
+from kda_lab.families.peers import FLASHINFER, LIGER, Peer, part
 
 NORM_TYPES = ("layer", "rms")
 

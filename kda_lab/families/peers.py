@@ -26,9 +26,16 @@ from importlib import import_module, metadata
 from types import ModuleType
 from typing import Any
 
-Args = dict[str, Any]
-VERDICTS = ("ok", "wrong", "n/a", "unavailable")
+import torch
 
+Args = dict[str, Any]
+# The pinned peers: (name, distribution, version), equal to requirements/gpu.txt and requirements/peers-cpu.txt
+# (tests/test_peers.py keeps them in step). Each family module's PEERS builds Peer(*PIN, module=..., ...).
+QUACK = ("quack", "quack-kernels", "0.6.5")
+LIGER = ("liger", "liger-kernel", "0.8.5")
+FLASHINFER = ("flashinfer", "flashinfer-python", "0.7.2")
+FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+HALF = (torch.float16, torch.bfloat16)
 
 class PeerUnavailable(RuntimeError):
     """The pinned peer is not installed (or not at its pinned version), or does not import on this machine."""
@@ -79,3 +86,14 @@ def bound(peer: Peer, module: ModuleType) -> Callable[..., Any]:
 
 def peers_of(family_module: ModuleType, fn: str) -> tuple[Peer, ...]:
     return tuple(getattr(family_module, "PEERS", {}).get(fn, ()))
+
+
+def part(module: ModuleType | Any, name: str) -> Any:
+    """Submodule ``name`` of a peer package (``liger_kernel.ops`` -> ``liger_kernel.ops.rms_norm``).
+
+    A real package is asked for the submodule itself (Liger's ``ops`` package rebinds its attributes to
+    other backends; the submodule is always the default Triton implementation). A test's stand-in package
+    (no ``__path__``) carries its parts as attributes."""
+    if hasattr(module, "__path__"):
+        return import_module(f"{module.__name__}.{name}")
+    return getattr(module, name)

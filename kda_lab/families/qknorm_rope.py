@@ -31,8 +31,7 @@ from types import ModuleType
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
-from kda_lab.families.peers import Peer
-from kda_lab.families.public_peers import FLASHINFER, QUACK, part
+from kda_lab.families.peers import FLASHINFER, QUACK, Peer, part
 
 
 def rope_widths(head_dim: int, cache_width: int, rope_dim: int, cache_has_full_width: bool) -> int:

@@ -24,8 +24,7 @@ from types import ModuleType
 import torch
 
 from kda_lab.families.base import Args, FunctionContract
-from kda_lab.families.peers import Peer
-from kda_lab.families.public_peers import FLOATS, QUACK
+from kda_lab.families.peers import FLOATS, QUACK, Peer
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
