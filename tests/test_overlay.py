@@ -598,7 +598,7 @@ EXPORTS = {"fuse_scale_shift_kernel": fuse_scale_shift_kernel}
             for _ in range(n):
                 f(x, s, h, scale_constant=1.0)
             runs.append((time.perf_counter() - t) / n * 1e6)
-        return statistics.median(runs)
+        return min(runs)  # host cost: the least-disturbed run (a loaded 2-core CI host shifts the median)
     with torch.no_grad():
         r_raw, r_pub, r_op = bench(raw), bench(pub), bench(pub.kda_op, 500)
     emit({"raw": r_raw, "public": r_pub, "op": r_op, "runner_is_impl": impl is raw})
