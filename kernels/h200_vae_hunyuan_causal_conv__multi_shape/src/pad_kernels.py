@@ -54,7 +54,11 @@ def _pad_ncdhw(x_ptr, out_ptr, n_rows, C, T, H, W, To, Ho, Wo, sxb, sxc, sxt, sx
 
 @triton.jit
 def _pad_ndhwc(x_ptr, out_ptr, C, T, H, W, To, Ho, Wo, sxb, sxc, sxt, sxh, sxw,
-               pad_t, pad_h, pad_w, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+               pad_t, pad_h, pad_w, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
+               FT: tl.constexpr = 1, FH: tl.constexpr = 1, FW: tl.constexpr = 1):
+    # T, H, W are the (nearest-upsampled) extents the pad clamps to; FT, FH, FW map them back to x's: frame 0
+    # stays frame 0, the other frames repeat FT times, rows and columns FH and FW times (HunyuanVideo's
+    # causal upsample). With factors 1 this is the plain pad.
     row = tl.program_id(0).to(tl.int64)  # flat (b, t', h') output row
     pid_w = tl.program_id(1)
     pid_c = tl.program_id(2)
@@ -67,6 +71,12 @@ def _pad_ndhwc(x_ptr, out_ptr, C, T, H, W, To, Ho, Wo, sxb, sxc, sxt, sxh, sxw,
     wo = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
     cc = (pid_c * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
     ws = tl.minimum(tl.maximum(wo - pad_w, 0), W - 1).to(tl.int64)
+    if FT > 1:
+        ts = tl.where(ts == 0, 0, 1 + (ts - 1) // FT)
+    if FH > 1:
+        hs = hs // FH
+    if FW > 1:
+        ws = ws // FW
     mask = (wo < Wo)[:, None] & (cc < C)[None, :]
     src = b * sxb + ts * sxt + hs * sxh + ws[:, None] * sxw + cc[None, :] * sxc
     v = tl.load(x_ptr + src, mask=mask)
@@ -91,12 +101,15 @@ def launch_ncdhw(x, out, pad) -> None:
                      ROWS=rows, BLOCK_W=block_w, num_warps=4)
 
 
-def launch_ndhwc(x, out, pad) -> None:
+def launch_ndhwc(x, out, pad, factors=(1, 1, 1)) -> None:
+    """out (channels_last_3d) = replicate pad of x nearest-upsampled by ``factors`` (ft, fh, fw): frame 0 once,
+    the other frames ft times (so x's T frames become 1 + ft * (T - 1)), rows fh and columns fw times."""
     wl, _, hl, _, tl_, _ = pad
+    ft, fh, fw = factors
     B, C, T, H, W = x.shape
     _, _, To, Ho, Wo = out.shape
     block_c = _pow2_at_most(C, 64)
     block_w = _pow2_at_most(Wo, max(16, 4096 // block_c))
     grid = (B * To * Ho, triton.cdiv(Wo, block_w), triton.cdiv(C, block_c))
-    _pad_ndhwc[grid](x, out, C, T, H, W, To, Ho, Wo, *x.stride(), tl_, hl, wl,
-                     BLOCK_W=block_w, BLOCK_C=block_c, num_warps=4)
+    _pad_ndhwc[grid](x, out, C, 1 + ft * (T - 1), fh * H, fw * W, To, Ho, Wo, *x.stride(), tl_, hl, wl,
+                     BLOCK_W=block_w, BLOCK_C=block_c, FT=ft, FH=fh, FW=fw, num_warps=4)

@@ -18,6 +18,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from .fast_path import FAST_PATH
 from .pad_kernels import launch_ncdhw, launch_ndhwc
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -57,6 +58,9 @@ def replicate_pad3d_channels_last(x: torch.Tensor, pad: list[int]) -> torch.Tens
     launch_ndhwc(x, out, tuple(pad))
     return out
 
+
+# Module-level fast paths the overlay installs (kda_kernels.registry.FAST_PATHS): install(serves) / uninstall().
+FAST_PATHS = {FAST_PATH.name: FAST_PATH}
 
 EXPORTS = {
     "replicate_pad3d": replicate_pad3d,
