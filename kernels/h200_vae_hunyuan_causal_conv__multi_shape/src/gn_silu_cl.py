@@ -11,7 +11,7 @@ Viewed as ``[B, S, C]`` (S = T*H*W, C contiguous), group g of sample b is the CP
   squared deviations from it first, in fp32), so no sum-of-squares cancellation.
 - ``_finalize``: program = b; merges the chunks' (count, mean, M2) exactly (mean of means weighted by count, then
   M2 + count * (mean_chunk - mean)^2) and writes mean and rstd = 1/sqrt(M2/N + eps) per (b, g).
-- ``_apply``: program = (b, run of positions): y = (x - mean) * rstd * gamma + beta, then y * sigmoid(y), stored
+- ``_apply``: program = (run of positions, b): y = (x - mean) * rstd * gamma + beta, then y * sigmoid(y), stored
   in x's dtype, NDHWC.
 
 Byte model (s = element size, N = B*C*S): bytes = 3*s*N (x read by stats and by apply, y written once); the
@@ -101,14 +101,14 @@ def _finalize(part_ptr, stat_ptr, n_chunks, eps, G: tl.constexpr, BLOCK_K: tl.co
 @triton.jit
 def _apply(x_ptr, y_ptr, w_ptr, b_ptr, stat_ptr, S,
            C: tl.constexpr, G: tl.constexpr, CPG: tl.constexpr, BLOCK_S: tl.constexpr):
-    b = tl.program_id(0)
+    b = tl.program_id(1)  # runs of positions on axis 0: the grid's other axes stop at 65535
     cols = tl.arange(0, C)
     grp = cols // CPG
     mean = tl.load(stat_ptr + b * 2 * G + grp)
     rstd = tl.load(stat_ptr + b * 2 * G + G + grp)
     scale = rstd * tl.load(w_ptr + cols).to(tl.float32)
     shift = tl.load(b_ptr + cols).to(tl.float32)
-    rows = tl.program_id(1).to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S).to(tl.int64)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S).to(tl.int64)
     valid = (rows < S)[:, None]
     off = b.to(tl.int64) * S * C + rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + off, mask=valid, other=0.0).to(tl.float32)
@@ -150,6 +150,6 @@ def group_norm_silu_cl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                           num_warps=8)
     _finalize[(B,)](part, stats, n_chunks, float(eps), G=num_groups,
                     BLOCK_K=min(64, triton.next_power_of_2(n_chunks)), num_warps=4)
-    _apply[(B, triton.cdiv(S, block_s))](x, y, weight, bias, stats, S, C=C, G=num_groups, CPG=cpg,
+    _apply[(triton.cdiv(S, block_s), B)](x, y, weight, bias, stats, S, C=C, G=num_groups, CPG=cpg,
                                          BLOCK_S=block_s, num_warps=8)
     return y
