@@ -24,7 +24,7 @@ import torch
 
 from kda_kernels import lazy_baseline
 
-from .gptj_rope import launch as launch_gptj
+from .gptj_rope import launch as launch_gptj  # variant: from .gptj_rope_headloop import launch as launch_gptj
 from .ltx2_split_rope import launch as launch_ltx2
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -5,6 +5,7 @@ do not: wide or fp64 tables, permuted dense x, mixed x/cos dtypes, and every fal
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -38,8 +39,6 @@ def sglang(fn: str) -> Callable[..., Any]:
     """SGLang's own kernel: on a CPU host its wrapper made runnable in the interpreter (with the rotary shims)."""
     module, _, name = TASK.functions[fn].sglang.partition(":")
     if ON_GPU:
-        import importlib
-
         return getattr(importlib.import_module(module), name)
     from kda_lab.interpret import interpretable
 
@@ -91,9 +90,14 @@ def rope_cases(dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor
     }
 
 
+@pytest.mark.parametrize("kernel", ["registered", "gptj_rope", "gptj_rope_headloop"])
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", list(rope_cases(torch.float32)))
-def test_rope_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, fallbacks: dict[str, Recorder]) -> None:
+def test_rope_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, kernel: str, fallbacks: dict[str, Recorder],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registered launcher and each GPT-J kernel file (the variant is one import line away in register.py)."""
+    if kernel != "registered":
+        monkeypatch.setattr(CAND, "launch_gptj", importlib.import_module(f"{CAND.__name__}.{kernel}").launch)
     torch.manual_seed(5)
     x, cos, sin, interleaved = rope_cases(dtype)[case]
     got = CAND.apply_rotary_embedding(x, cos, sin, interleaved)
@@ -222,9 +226,9 @@ def test_sglang_errors_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.parametrize("heads", [1, 3, 5, 17, 24, 32, 40])
 @pytest.mark.parametrize("rows", [1, 7, 126, 27030])
 def test_plans_cover_every_head_and_row(heads: int, rows: int) -> None:
-    gptj = sys.modules[f"{CAND.__name__}.gptj_rope"]
     ltx2 = sys.modules[f"{CAND.__name__}.ltx2_split_rope"]
-    r, h, block_d, warps = gptj.plan(rows, heads, 128)
-    assert r >= 1 and h >= 1 and block_d == 128 and 1 <= warps <= 8 and (h & (h - 1)) == 0 and (r & (r - 1)) == 0
+    for name in ("gptj_rope", "gptj_rope_headloop"):
+        r, h, block_d, warps = importlib.import_module(f"{CAND.__name__}.{name}").plan(rows, heads, 128)
+        assert r >= 1 and h >= 1 and block_d == 128 and 1 <= warps <= 8 and (h & (h - 1)) == 0 and (r & (r - 1)) == 0
     r, h, block_half, warps = ltx2.plan(rows, heads, 12)
     assert r >= 1 and h >= 1 and block_half == 16 and 1 <= warps <= 8 and (h & (h - 1)) == 0
