@@ -1,19 +1,105 @@
-"""Candidate c000: SGLang 0.5.23's own kernels (the baseline as a candidate).
+"""Candidate: Triton rotary kernels, bit-exact with SGLang 0.5.23 (gptj_rope.py, ltx2_split_rope.py: the byte
+model and the bound beside each kernel).
 
-Each value forwards to SGLang's function, resolved on its first call (``kda_kernels.lazy_baseline``) from the
-module that defines it, never from the ``sglang.kernels.ops.diffusion`` facade: once the overlay is installed the
-facade holds the promoted candidate, and a fallback taken from it would call itself. Importing this module needs
-no GPU and imports none of SGLang's kernel modules. Replace EXPORTS' values with the new implementation; keep the
-keys (SGLang function names), the signatures and the return conventions (prompt.md K); fall back with
-``lazy_baseline(name)`` or ``kda_kernels.baseline(name)``. Import siblings relatively (``from .kernel import
-...``): the exporter copies ``src/`` into ``kda_kernels``.
+Contract of the kernels (prompt.md K), everything else goes to SGLang's own function (``lazy_baseline``, from
+the module that defines it, never from the facade the overlay rebinds), which also raises where SGLang raises:
+
+- ``apply_rotary_embedding(x, cos, sin, interleaved=False)``: x ``[B,T,H,D]`` or ``[T,H,D]`` in fp16/bf16/fp32,
+  viewable as ``[B*T,H,D]`` (SGLang's ``x.view``), last stride 1, D even and > 0, no empty dim; cos and sin 2-D
+  fp16/bf16/fp32/fp64 with at least T rows and at least D/2 columns, last stride 1 (with ``interleaved=True``
+  and D columns the kernel reads every other column, as SGLang's ``cos[..., ::2]``); CUDA tensors on one device
+  (or CPU tensors under the Triton interpreter), no autograd recording.
+- ``apply_ltx2_split_rotary_emb(x, cos, sin)``: x ``[B,S,H*D]`` contiguous fp16/bf16/fp32, cos/sin
+  ``[B,H,S,D/2]`` of one shape, fp16/bf16/fp32, last stride 1 and non-negative strides; same device rules.
+  Shape mismatches go to SGLang, which raises its ValueError.
+
+Importing this module builds nothing and needs no GPU; Triton compiles on the first call.
 """
+
+from __future__ import annotations
+
+import os
+
+import torch
 
 from kda_kernels import lazy_baseline
 
-BASELINE = True  # this candidate is the SGLang baseline itself (lineage status "baseline")
+from .gptj_rope import launch as launch_gptj  # variant: from .gptj_rope_headloop import launch as launch_gptj
+from .ltx2_split_rope import launch as launch_ltx2
+
+_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_TABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+_sglang_rotary = lazy_baseline("apply_rotary_embedding")
+_sglang_ltx2 = lazy_baseline("apply_ltx2_split_rotary_emb")
+
+
+def _runs_here(*tensors: torch.Tensor) -> bool:
+    """All on one CUDA device (or on the CPU under the Triton interpreter), none recording autograd."""
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):
+        return False
+    if not (device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def _table_col_stride(t: torch.Tensor, head_size: int, interleaved: bool, num_tokens: int) -> int:
+    """The kernel's column step through a cos/sin table, or 0 when the table is outside the contract."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in _TABLE_DTYPES or t.stride(1) != 1:
+        return 0
+    if t.shape[0] < num_tokens or t.stride(0) < 0:
+        return 0
+    if interleaved and t.shape[1] == head_size:
+        return 2  # SGLang's cos[..., ::2], read in place
+    return 1 if t.shape[1] >= head_size // 2 else 0
+
+
+def apply_rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                           interleaved: bool = False) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4) or x.dtype not in _X_DTYPES or x.stride(-1) != 1:
+        return _sglang_rotary(x, cos, sin, interleaved)
+    if x.dim() == 4:
+        bsz, num_tokens, num_heads, head_size = x.shape
+    else:
+        num_tokens, num_heads, head_size = x.shape
+        bsz = 1
+    if head_size % 2 or x.numel() == 0:
+        return _sglang_rotary(x, cos, sin, interleaved)
+    col = _table_col_stride(cos, head_size, interleaved, num_tokens)
+    if not col or col != _table_col_stride(sin, head_size, interleaved, num_tokens) \
+            or not _runs_here(x, cos, sin):
+        return _sglang_rotary(x, cos, sin, interleaved)
+    try:
+        x3 = x.view(bsz * num_tokens, num_heads, head_size)
+    except RuntimeError:
+        return _sglang_rotary(x, cos, sin, interleaved)  # SGLang's view raises the same error
+    out = torch.empty_like(x)
+    out3 = out.view(bsz * num_tokens, num_heads, head_size)
+    if out3.stride(-1) != 1:
+        return _sglang_rotary(x, cos, sin, interleaved)
+    launch_gptj(out3, x3, cos, sin, num_tokens, col)
+    return out
+
+
+def apply_ltx2_split_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    if not (isinstance(x, torch.Tensor) and isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor)) \
+            or x.dim() != 3 or cos.dim() != 4 or sin.shape != cos.shape:
+        return _sglang_ltx2(x, cos, sin)
+    batch, seq_len, inner = x.shape
+    cos_batch, num_heads, cos_seq, half_dim = cos.shape
+    if cos_batch != batch or cos_seq != seq_len or inner != num_heads * 2 * half_dim or x.numel() == 0:
+        return _sglang_ltx2(x, cos, sin)
+    if x.dtype not in _X_DTYPES or cos.dtype not in _X_DTYPES or sin.dtype not in _X_DTYPES \
+            or not x.is_contiguous() or cos.stride(-1) != 1 or sin.stride(-1) != 1 \
+            or min(cos.stride()) < 0 or min(sin.stride()) < 0 or not _runs_here(x, cos, sin):
+        return _sglang_ltx2(x, cos, sin)
+    out = torch.empty_like(x)
+    launch_ltx2(out, x, cos, sin)
+    return out
+
 
 EXPORTS = {
-    "apply_rotary_embedding": lazy_baseline("apply_rotary_embedding"),
-    "apply_ltx2_split_rotary_emb": lazy_baseline("apply_ltx2_split_rotary_emb"),
+    "apply_rotary_embedding": apply_rotary_embedding,
+    "apply_ltx2_split_rotary_emb": apply_ltx2_split_rotary_emb,
 }
