@@ -40,8 +40,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kda_kernels import fast_paths
 from kda_kernels._env import DISABLE_ENV, disabled, forced_arch
-from kda_kernels.registry import ARCH_CAPABILITY, FACADE, FAMILIES, TARGETS, SwapTarget
+from kda_kernels.registry import ARCH_CAPABILITY, FACADE, FAMILIES, FAST_PATH_FAMILIES, TARGETS, SwapTarget
 
 STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
 # Modules whose globals are never rebound: our own (impls may hold the baseline on purpose) and the lab's
@@ -389,9 +390,10 @@ def _selected(families: Iterable[str] | None, problems: dict[str, list[str]]) ->
     if isinstance(families, str):
         families = [families]
     wanted = list(families)
-    unknown = [f for f in wanted if f not in FAMILIES]
+    unknown = [f for f in wanted if f not in FAMILIES and f not in FAST_PATH_FAMILIES]
     if unknown:
-        problems.setdefault("*", []).append(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+        problems.setdefault("*", []).append(f"unknown families {unknown}; known: "
+                                            f"{', '.join([*FAMILIES, *FAST_PATH_FAMILIES])}")
     return [t for t in TARGETS if t.family in wanted]
 
 
@@ -468,6 +470,8 @@ def install(strict: bool = False, force: bool = False, families: Iterable[str] |
 def _install(strict: bool, force: bool, families: Iterable[str] | None,
              extra_modules: Iterable[str | types.ModuleType] | None) -> dict[str, Any]:
     _PROBLEMS.pop("*", None)
+    if isinstance(families, str):
+        families = [families]
     if disabled():
         _LAST["disabled"] = True
         return status()
@@ -484,6 +488,7 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
     if force:
         _uninstall([t.function for t in targets if t.function in _STATE])
         _purge_cached_modules(targets)
+        fast_paths.uninstall(families)
     done: list[str] = []
     # tensor-level functions first, so a wrapper reuses their installed KDA object
     for t in sorted(targets, key=lambda x: x.kind == "wrapper"):
@@ -511,6 +516,7 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
             done.append(t.function)
         if fn_problems:
             problems[t.function] = fn_problems
+    fast_paths.install(families, forced)
     for fn in [t.function for t in targets]:
         if fn in problems:
             _PROBLEMS[fn] = problems[fn]
@@ -543,8 +549,9 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:
     with _lock:
         if isinstance(families, str):
             families = [families]
-        fams = set(families) if families is not None else set(FAMILIES)
-        return _uninstall([fn for fn, rec in _STATE.items() if rec.target.family in fams])
+        fams = set(families) if families is not None else set(FAMILIES) | set(FAST_PATH_FAMILIES)
+        return {**_uninstall([fn for fn, rec in _STATE.items() if rec.target.family in fams]),
+                **fast_paths.uninstall(fams)}
 
 
 # ------------------------------------------------------------------------------------------------ status
@@ -578,6 +585,7 @@ def status() -> dict[str, Any]:
         out[t.function]["builds"] = builds
         out[t.function]["problems"] += [b["message"] for arch, b in builds.items()
                                         if "message" in b and _serves_arch(arch)]
+    out.update(fast_paths.status())
     if _LAST["disabled"]:
         for v in out.values():
             v["problems"].append(f"{DISABLE_ENV} set: install() did nothing")

@@ -85,6 +85,34 @@ TARGETS: tuple[SwapTarget, ...] = (
 
 BY_FUNCTION: dict[str, SwapTarget] = {t.function: t for t in TARGETS}
 
+
+@dataclass(frozen=True)
+class FastPath:
+    """A module-level fast path: SGLang has no function to swap, so the promoted impl patches the model classes of
+    ``sglang`` itself (``register.py``'s ``FAST_PATHS[name]``: ``install(serves) / uninstall() / patched()``), the
+    way SGLang's own ``maybe_optimize_*_vae`` wrap its Wan and FLUX.2 decoders. ``kernels`` are the task functions
+    whose H200 evidence gates the export (the fast path is made of them)."""
+
+    name: str
+    family: str
+    sglang: str  # the SGLang module whose classes it patches
+    kernels: tuple[str, ...]
+
+    @property
+    def family_module(self) -> str:
+        return f"kda_kernels.diffusion.{self.family}"
+
+    @property
+    def kda(self) -> str:
+        return f"{self.family_module}:{self.name}"
+
+
+FAST_PATHS: tuple[FastPath, ...] = (
+    FastPath("hunyuanvideo_vae_decoder", "replicate_pad3d", "sglang.multimodal_gen.runtime.models.vaes.hunyuanvae",
+             ("replicate_pad3d", "replicate_pad3d_channels_last")),
+)
+FAST_PATH_FAMILIES: dict[str, FastPath] = {fp.family: fp for fp in FAST_PATHS}
+
 FAMILIES: dict[str, tuple[str, ...]] = {}
 for _t in TARGETS:
     FAMILIES.setdefault(_t.family, ())

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kda_kernels.registry import FAST_PATHS, TARGETS
+
 _spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
@@ -91,7 +93,7 @@ def test_import_and_status_are_light_and_nothing_promoted_is_a_noop(tmp_path):
           "installed": [k for k, v in st.items() if v["installed"]], "promoted": [k for k, v in st.items() if v["promoted"]],
           "n": len(st)})
     """)
-    assert r["n"] == 14 and not r["installed"] and not r["promoted"]
+    assert r["n"] == len(TARGETS) + len(FAST_PATHS) and not r["installed"] and not r["promoted"]
     assert not r["torch"] and not r["sglang"], "install() with nothing promoted must import neither torch nor sglang"
 
 

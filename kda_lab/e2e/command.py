@@ -67,7 +67,10 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
             measure.overlay(False)
             tol = measure.family_tolerance(families, row.dtype)
             ok, err = tol.check(ref, out)
-            rec.update(agree=int(ok), max_abs_err=err, tolerance=f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.source})",
+            tol_text = f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.source})"
+            if not ok and built.fp32_forward is not None:
+                ok, tol_text = measure.model_agreement(ref, out, built.fp32_forward())
+            rec.update(agree=int(ok), max_abs_err=err, tolerance=tol_text,
                        overlay=_overlay_text(st, row), promoted=_promoted_text(prom))
             del ref, out
             t = measure.time_states(built.forward, trials, seed, cuda)

@@ -22,6 +22,8 @@ class Built:
     forward: Callable[[], Any]  # one forward of the module on fixed inputs (call under torch.no_grad())
     config: dict[str, Any]  # the arch values that differ from SGLang's defaults, plus depth
     shape: str  # input shape summary
+    # the same forward with the module and its inputs in fp32 (overlay off): the yardstick of measure.model_agreement
+    fp32_forward: Callable[[], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -269,8 +271,18 @@ def _hunyuan_vae(device: str, tiny: bool, latent: tuple[int, ...], seed: int, ti
     z = _rand(gen, latent, dtype, device)
     # tiled: SGLang's vae.decode (its default tiling); untiled: the decoder on the whole latent
     forward = (lambda: _first(vae.decode(z))) if tiled else (lambda: _first(vae.decoder(vae.post_quant_conv(z))))
+
+    def fp32_forward() -> torch.Tensor:
+        vae.float()  # fp16 -> fp32 -> fp16 is exact: the weights come back unchanged
+        try:
+            zf = z.float()
+            return (_first(vae.decode(zf)) if tiled else _first(vae.decoder(vae.post_quant_conv(zf)))).float()
+        finally:
+            vae.to(dtype)
+
     return Built(vae, forward, {"block_out_channels": list(cfg.arch_config.block_out_channels),
-                                "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}")
+                                "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}",
+                 fp32_forward)
 
 
 def build_flux_vae(device: str, tiny: bool, blocks: int | None) -> Built:

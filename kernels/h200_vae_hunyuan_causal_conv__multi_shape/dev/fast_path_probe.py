@@ -145,21 +145,6 @@ def kernel_checks(mod: Any) -> dict[str, Any]:
     return res
 
 
-def fp32_decode(built: Any) -> torch.Tensor:
-    """The same decode with the VAE and the latent in fp32, fast path off (then the VAE back in fp16)."""
-    vae = built.module
-    z = next(c.cell_contents for c in built.forward.__closure__ if isinstance(c.cell_contents, torch.Tensor))
-    vae.float()
-    try:
-        from kda_lab.e2e.models import _first
-
-        if built.config.get("tiling"):
-            return _first(vae.decode(z.float()))
-        return vae.decoder(vae.post_quant_conv(z.float()))
-    finally:
-        vae.half()
-
-
 def decode_row(name: str, build, fast, trials: int, seed: int) -> dict[str, Any]:
     built = build()
     fwd = built.forward
@@ -171,7 +156,7 @@ def decode_row(name: str, build, fast, trials: int, seed: int) -> dict[str, Any]
         fast.uninstall()
         rec: dict[str, Any] = {"row": name, "shape": list(off.shape), "max_abs_on_vs_off": float((on - off).abs().max()),
                                "bit_exact": bool(torch.equal(on, off))}
-        ref = fp32_decode(built).float()
+        ref = built.fp32_forward()
         rec["err_off_vs_fp32"] = float((off - ref).abs().max())
         rec["err_on_vs_fp32"] = float((on - ref).abs().max())
         rec["ref_absmax"] = float(ref.abs().max())

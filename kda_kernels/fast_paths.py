@@ -1,0 +1,126 @@
+"""Install, remove and report the module-level fast paths (``kda_kernels.registry.FAST_PATHS``).
+
+A fast path has no SGLang function to swap: its promoted impl (``kda_kernels/diffusion/<family>/_impls/<arch>/
+register.py``, ``FAST_PATHS[name]``) patches SGLang's model classes and restores them. One impl is installed per
+fast path, since class attributes are process-wide: the forced arch (``KDA_FORCE_ARCH``) when set, else the arch
+of the current CUDA device; on a device of another arch the patched forwards run SGLang's own (``serves``).
+Where neither picks an impl (no CUDA device, an arch without an impl) nothing is patched and ``status()`` says why.
+Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from kda_kernels.registry import ARCH_CAPABILITY, FAST_PATHS, FastPath
+
+STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
+_STATE: dict[str, tuple[str, Any, str | None]] = {}  # fast path name -> (arch, installed impl, forced arch)
+_PROBLEMS: dict[str, list[str]] = {}
+
+
+def stamps(fp: FastPath) -> dict[str, Any]:
+    try:
+        fam = importlib.import_module(fp.family_module).__dict__
+    except ModuleNotFoundError as e:
+        if e.name != fp.family_module:
+            raise
+        return {"promoted": False, **{k: () if k == "arches" else {} for k in STAMP_KEYS}}  # never exported
+    out: dict[str, Any] = {"promoted": bool(fam.get(f"KDA_OPTIMIZED_{fp.name}", False))}
+    for key in STAMP_KEYS:
+        out[key] = fam.get(f"KDA_{key.upper()}_{fp.name}", () if key == "arches" else {})
+    return out
+
+
+def _current_arch() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from kda_kernels.dispatch import device_arch
+
+    return device_arch(torch.cuda.current_device())
+
+
+def _serves(arch: str, forced: str | None):
+    def serves(device: Any) -> bool:
+        if forced is not None:
+            return forced == arch
+        from kda_kernels.dispatch import device_arch
+
+        return device.type == "cuda" and device_arch(device.index if device.index is not None else 0) == arch
+
+    return serves
+
+
+def install(families: Iterable[str] | None, forced: str | None) -> list[str]:
+    """Install every promoted fast path of ``families`` (default all); returns the names installed now."""
+    done = []
+    wanted = set(families) if families is not None else None
+    for fp in FAST_PATHS:
+        if (wanted is not None and fp.family not in wanted) or fp.name in _STATE:
+            continue
+        _PROBLEMS.pop(fp.name, None)
+        problems: list[str] = []
+        try:
+            st = stamps(fp)
+            if not st["promoted"] or forced == "baseline":
+                continue
+            arch = forced if forced is not None else _current_arch()
+            if arch is None:
+                problems.append("no CUDA device: SGLang's modules unchanged")
+            elif arch not in st["arches"]:
+                problems.append(f"no {arch} impl (promoted for {', '.join(st['arches'])}): SGLang's modules unchanged")
+            else:
+                mod = importlib.import_module(f"{fp.family_module}._impls.{arch}.register")
+                impl = (getattr(mod, "FAST_PATHS", None) or {}).get(fp.name)
+                if impl is None or not callable(getattr(impl, "install", None)):
+                    problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
+                else:
+                    impl.install(_serves(arch, forced))
+                    _STATE[fp.name] = (arch, impl, forced)
+                    done.append(fp.name)
+        except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
+            problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")
+        if problems:
+            _PROBLEMS[fp.name] = problems
+    return done
+
+
+def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Restore SGLang's classes for the fast paths of ``families`` (default all): {name: attributes restored}."""
+    wanted = set(families) if families is not None else None
+    out = {}
+    for fp in FAST_PATHS:
+        if fp.name in _STATE and (wanted is None or fp.family in wanted):
+            _, impl, _ = _STATE.pop(fp.name)
+            out[fp.name] = impl.uninstall()
+    return out
+
+
+def status() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for fp in FAST_PATHS:
+        try:
+            st = stamps(fp)
+        except Exception as e:  # noqa: BLE001
+            st = {"promoted": False, "error": f"{type(e).__name__}: {e}"}
+        arch, impl, forced = _STATE.get(fp.name, (None, None, None))
+        patched = impl.patched() if impl is not None else []
+        out[fp.name] = {
+            "family": fp.family, "sglang": fp.sglang, "kda": fp.kda, "kind": "fast_path",
+            "promoted": st.get("promoted", False),
+            "arches": [a for a in st.get("arches", ()) if a in ARCH_CAPABILITY],
+            "stamps": {k: st.get(k) for k in STAMP_KEYS},
+            "installed": impl is not None, "forced_arch": forced, "installed_arch": arch,
+            "call_sites_rebound": 0, "call_sites": [], "rebound": patched, "kernel_registry": None,
+            "problems": list(_PROBLEMS.get(fp.name, ())), "builds": {},
+        }
+    return out
+
+
+def installed() -> dict[str, str]:
+    """{fast path name: arch} of what is patched now."""
+    return {name: arch for name, (arch, _, _) in _STATE.items()}
