@@ -270,19 +270,27 @@ def _hunyuan_vae(device: str, tiny: bool, latent: tuple[int, ...], seed: int, ti
     gen = torch.Generator().manual_seed(seed + 1)
     z = _rand(gen, latent, dtype, device)
     # tiled: SGLang's vae.decode (its default tiling); untiled: the decoder on the whole latent
-    forward = (lambda: _first(vae.decode(z))) if tiled else (lambda: _first(vae.decoder(vae.post_quant_conv(z))))
+    def run(x: torch.Tensor) -> torch.Tensor:  # tiled: SGLang's vae.decode; untiled: the decoder on the whole latent
+        return _first(vae.decode(x)) if tiled else _first(vae.decoder(vae.post_quant_conv(x)))
 
-    def fp32_forward() -> torch.Tensor:
-        vae.float()  # fp16 -> fp32 -> fp16 is exact: the weights come back unchanged
+    return Built(vae, lambda: run(z), {"block_out_channels": list(cfg.arch_config.block_out_channels),
+                                       "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}",
+                 _in_fp32(vae, run, z, dtype))
+
+
+def _in_fp32(module: torch.nn.Module, run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+             dtype: torch.dtype) -> Callable[[], torch.Tensor]:
+    """``run(x)`` with the module and x in fp32 (Built.fp32_forward); the module goes back to ``dtype`` after
+    (fp16/bf16 -> fp32 -> fp16/bf16 is exact: the weights come back unchanged)."""
+
+    def forward() -> torch.Tensor:
+        module.float()
         try:
-            zf = z.float()
-            return (_first(vae.decode(zf)) if tiled else _first(vae.decoder(vae.post_quant_conv(zf)))).float()
+            return run(x.float()).float()
         finally:
-            vae.to(dtype)
+            module.to(dtype)
 
-    return Built(vae, forward, {"block_out_channels": list(cfg.arch_config.block_out_channels),
-                                "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}",
-                 fp32_forward)
+    return forward
 
 
 def build_flux_vae(device: str, tiny: bool, blocks: int | None) -> Built:
@@ -304,7 +312,9 @@ def build_flux_vae(device: str, tiny: bool, blocks: int | None) -> Built:
     init_weights(vae, 15)
     gen = torch.Generator().manual_seed(16)
     z = _rand(gen, (1, cfg.arch_config.z_channels, side, side), dtype, device)
-    return Built(vae, lambda: _first(vae.decoder(z)), {"ch": cfg.arch_config.ch}, f"z [1, {cfg.arch_config.z_channels}, {side}, {side}]")
+    return Built(vae, lambda: _first(vae.decoder(z)), {"ch": cfg.arch_config.ch},
+                 f"z [1, {cfg.arch_config.z_channels}, {side}, {side}]",
+                 _in_fp32(vae, lambda x: _first(vae.decoder(x)), z, dtype))
 
 
 def build_ltx2_upsampler(device: str, tiny: bool, blocks: int | None) -> Built:
@@ -325,7 +335,7 @@ def build_ltx2_upsampler(device: str, tiny: bool, blocks: int | None) -> Built:
     init_weights(up, 17)
     gen = torch.Generator().manual_seed(18)
     z = _rand(gen, latent, dtype, device)
-    return Built(up, lambda: _first(up(z)), kw, f"latent {list(latent)}")
+    return Built(up, lambda: _first(up(z)), kw, f"latent {list(latent)}", _in_fp32(up, lambda x: _first(up(x)), z, dtype))
 
 
 GN = "h200_diffusion_group_norm_silu__multi_shape"
