@@ -3,8 +3,9 @@
 A fast path has no SGLang function to swap: its promoted impl (``kda_kernels/diffusion/<family>/_impls/<arch>/
 register.py``, ``FAST_PATHS[name]``) patches SGLang's model classes and restores them. One impl is installed per
 fast path, since class attributes are process-wide: the forced arch (``KDA_FORCE_ARCH``) when set, else the arch
-of the current CUDA device; on a device of another arch the patched forwards run SGLang's own (``serves``).
-Where neither picks an impl (no CUDA device, an arch without an impl) nothing is patched and ``status()`` says why.
+of the current CUDA device, else (no CUDA device, or one of an arch without an impl) the first promoted arch. The
+patched forwards check each call's device (``serves``) and run SGLang's own on a device of another arch. A forced
+arch without an impl patches nothing, and ``status()`` says why.
 Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
 """
 
@@ -69,9 +70,11 @@ def install(families: Iterable[str] | None, forced: str | None) -> list[str]:
             if not st["promoted"] or forced == "baseline":
                 continue
             arch = forced if forced is not None else _current_arch()
-            if arch is None:
-                problems.append("no CUDA device: SGLang's modules unchanged")
-            elif arch not in st["arches"]:
+            if forced is None and arch not in st["arches"]:
+                # no CUDA device, or one without an impl: patch anyway, so a device of a promoted arch used later in
+                # the process gets it; serves() hands every other device to SGLang's forwards call by call
+                arch = st["arches"][0] if st["arches"] else None
+            if arch not in st["arches"]:
                 problems.append(f"no {arch} impl (promoted for {', '.join(st['arches'])}): SGLang's modules unchanged")
             else:
                 mod = importlib.import_module(f"{fp.family_module}._impls.{arch}.register")
