@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 SLUG = HERE.parent.name
 KERNEL_CLASSES = (
-    ("pad", ("replication_pad",)),
+    ("pad", ("replication_pad", "reflection_pad")),
     ("kda_gather", ("_pad_ndhwc", "_pad_ncdhw")),
     ("layout_copy", ("nchwtonhwc", "nhwctonchw")),
     ("conv", ("conv", "implicit", "xmma", "sm90", "cutlass", "gemm")),
@@ -145,6 +145,88 @@ def kernel_checks(mod: Any) -> dict[str, Any]:
     return res
 
 
+def channels_last_weights(module: torch.nn.Module) -> int:
+    """What SGLang's VAE loader does under SGLANG_DIFFUSION_VAE_CHANNELS_LAST_3D=1 (and by default for Wan, Qwen-Image,
+    Cosmos3 and single-GPU LTX-2): every Conv3d weight converted to channels_last_3d."""
+    from sglang.multimodal_gen.runtime.loader.component_loaders.vae_loader import (
+        _convert_conv3d_weights_to_channels_last_3d,
+    )
+
+    return _convert_conv3d_weights_to_channels_last_3d(module, "")
+
+
+def conv_bits(build) -> list[dict[str, Any]]:
+    """Each distinct conv of the decoder once, on its own input shape: NCDHW (SGLang) vs NDHWC (fast path) bits."""
+    built = build()
+    seen: dict[tuple, dict[str, Any]] = {}
+    hooks = []
+
+    def hook(mod, args):
+        x = args[0]
+        key = (tuple(x.shape), tuple(mod.weight.shape))
+        if key in seen:
+            return
+        a = mod(x.contiguous())
+        xb = x.contiguous(memory_format=torch.channels_last_3d)
+        wb = mod.weight.contiguous(memory_format=torch.channels_last_3d)
+        b = F.conv3d(xb, wb, mod.bias, mod.stride, mod.padding, mod.dilation, mod.groups)
+        d = (a.float() - b.float()).abs()
+        seen[key] = {"x": list(x.shape), "w": list(mod.weight.shape), "bit_exact": bool(torch.equal(a, b)),
+                     "max_abs": float(d.max()), "frac_differ": float((d > 0).float().mean())}
+
+    for m in built.module.decoder.modules():
+        if isinstance(m, torch.nn.Conv3d):
+            hooks.append(m.register_forward_pre_hook(hook))
+    with torch.no_grad():
+        built.forward()
+    for h in hooks:
+        h.remove()
+    del built
+    torch.cuda.empty_cache()
+    return list(seen.values())
+
+
+def ltx2_profile(trials: int) -> dict[str, Any]:
+    """SGLang's LTX-2 video VAE decode (LTXVideoVAEConfig, random weights, bf16, channels_last_3d conv weights as
+    SGLang's loader sets them on one GPU) of latent [1,128,16,16,24] (121 x 512 x 768): kernel classes, off only."""
+    from sglang.multimodal_gen.configs.models.vaes.ltx_video import LTXVideoVAEConfig
+    from sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae import AutoencoderKLLTX2Video
+
+    from kda_lab.e2e.models import _first, init_weights
+
+    cfg = LTXVideoVAEConfig()
+    cfg.load_encoder = False
+    with torch.device("cuda"):
+        vae = AutoencoderKLLTX2Video(cfg)
+    vae = vae.to(dtype=torch.bfloat16).eval()
+    init_weights(vae, 29)
+    n_cl = channels_last_weights(vae)
+    z = torch.randn(1, 128, 16, 16, 24, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        fwd = lambda: _first(vae.decode(z))  # noqa: E731
+        out = fwd()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(trials):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fwd()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+
+        class _Off:
+            def install(self, serves):
+                return []
+
+            def uninstall(self):
+                return []
+
+        prof = profile(fwd, _Off(), False)
+    return {"latent": [1, 128, 16, 16, 24], "out": list(out.shape), "conv3d_weights_channels_last": n_cl,
+            "ms": times, "profile_ms": prof}
+
+
 def decode_row(name: str, build, fast, trials: int, seed: int) -> dict[str, Any]:
     built = build()
     fwd = built.forward
@@ -169,6 +251,12 @@ def decode_row(name: str, build, fast, trials: int, seed: int) -> dict[str, Any]
         rec["aa_spread"] = (max(t["off"]) - min(t["off"])) / med_off
         rec["profile_off_ms"] = profile(fwd, fast, False)
         rec["profile_on_ms"] = profile(fwd, fast, True)
+        # SGLang's own channels_last_3d option (SGLANG_DIFFUSION_VAE_CHANNELS_LAST_3D=1 converts the conv weights)
+        rec["sglang_cl_weights"] = channels_last_weights(built.module)
+        t = timed(fwd, fast, trials, seed + 1)
+        rec["cl_off_ms"], rec["cl_on_ms"] = t["off"], t["on"]
+        rec["cl_speedup"] = statistics.median(t["off"]) / statistics.median(t["on"])
+        rec["cl_profile_off_ms"] = profile(fwd, fast, False)
     del built
     torch.cuda.empty_cache()
     return rec
@@ -179,6 +267,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--issue-latent", action="store_true")
     ap.add_argument("--rows", nargs="*", default=None)
+    ap.add_argument("--conv-bits", action="store_true", help="NCDHW vs NDHWC conv bits per distinct decoder conv")
+    ap.add_argument("--ltx2", action="store_true", help="profile SGLang's LTX-2 video VAE decode (off only)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     from kda_lab.e2e import models, runtime
@@ -208,11 +298,22 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - one row failing must not lose the others
             results.append({"row": name, "error": f"{type(e).__name__}: {e}"})
         print(f"{name}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    extra: dict[str, Any] = {}
+    if args.conv_bits:
+        try:
+            extra["conv_bits"] = conv_bits(rows["untiled_5x32x32"])
+        except Exception as e:  # noqa: BLE001
+            extra["conv_bits_error"] = f"{type(e).__name__}: {e}"
+    if args.ltx2:
+        try:
+            extra["ltx2"] = ltx2_profile(args.trials)
+        except Exception as e:  # noqa: BLE001
+            extra["ltx2"] = {"error": f"{type(e).__name__}: {e}"}
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
            "seed": seed, "trials": args.trials}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "fast_path_probe.json").write_text(json.dumps(
-        {"env": env, "kernel_checks": checks, "rows": results}, indent=1))
+        {"env": env, "kernel_checks": checks, "rows": results, **extra}, indent=1))
     print(json.dumps(checks))
     print(f"{'row':<18} {'off ms':>9} {'on ms':>9} {'speedup':>8} {'A/A':>6} {'on-off':>9} {'err off':>9} {'err on':>9}")
     for r in results:
@@ -224,6 +325,17 @@ def main() -> int:
               f"{r['err_on_vs_fp32']:9.2e}")
         print("   off:", {k: round(v, 1) for k, v in r["profile_off_ms"].items()})
         print("   on: ", {k: round(v, 1) for k, v in r["profile_on_ms"].items()})
+        print(f"   SGLang with channels_last_3d conv weights: off {statistics.median(r['cl_off_ms']):.2f} ms, on "
+              f"{statistics.median(r['cl_on_ms']):.2f} ms, {r['cl_speedup']:.3f}x;",
+              {k: round(v, 1) for k, v in r["cl_profile_off_ms"].items()})
+    if "conv_bits" in extra:
+        cb = extra["conv_bits"]
+        print(f"conv bits NCDHW vs NDHWC: {sum(c['bit_exact'] for c in cb)}/{len(cb)} distinct convs bit-exact; "
+              f"max |diff| {max(c['max_abs'] for c in cb):.3g}")
+    if "ltx2" in extra:
+        lt = extra["ltx2"]
+        print("ltx2:", lt.get("error") or f"{statistics.median(lt['ms']):.1f} ms, "
+              + str({k: round(v, 1) for k, v in lt["profile_ms"].items()}))
     return 0
 
 
