@@ -31,6 +31,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .launch_cache import CachedLaunch, launch_and_keep
+
 INT32_LIMIT = 2**31 - 1
 
 
@@ -108,8 +110,9 @@ def plan(n_rows: int, num_heads: int, head_size: int,
 
 
 def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
-           tile_elems: int = 8192, min_programs: int = 528) -> None:
-    """Rotate x3 [B*T, H, D] into out3 (same shape, last stride 1 on both) with cos/sin rows [T, .]."""
+           tile_elems: int = 8192, min_programs: int = 528) -> CachedLaunch | None:
+    """Rotate x3 [B*T, H, D] into out3 (same shape, last stride 1 on both) with cos/sin rows [T, .].
+    Returns the launch to repeat for later calls of the same signature (None under the interpreter)."""
     n_rows, num_heads, head_size = x3.shape
     rows, heads, block_d, num_warps = plan(n_rows, num_heads, head_size, tile_elems, min_programs)
     n_head_blocks = triton.cdiv(num_heads, heads)
@@ -120,11 +123,7 @@ def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
         padded_rows * max(x3.stride(0), out3.stride(0)) + padded_heads * max(x3.stride(1), out3.stride(1)) + block_d,
         num_tokens * max(cos.stride(0), sin.stride(0)) + block_d,
     )
-    _gptj_rope_kernel[(n_programs,)](
-        out3, x3, cos, sin,
-        n_rows, num_tokens, num_heads, head_size, n_head_blocks,
-        x3.stride(0), x3.stride(1), out3.stride(0), out3.stride(1), cos.stride(0), sin.stride(0),
-        TABLE_COL_STRIDE=table_col_stride, ROWS=rows, HEADS=heads, BLOCK_D=block_d,
-        ONE_BATCH=n_rows == num_tokens, WIDE=reach > INT32_LIMIT,
-        num_warps=num_warps,
-    )
+    tail = (n_rows, num_tokens, num_heads, head_size, n_head_blocks,
+            x3.stride(0), x3.stride(1), out3.stride(0), out3.stride(1), cos.stride(0), sin.stride(0),
+            table_col_stride, rows, heads, block_d, n_rows == num_tokens, reach > INT32_LIMIT)
+    return launch_and_keep(_gptj_rope_kernel, (n_programs,), (out3, x3, cos, sin), tail, num_warps=num_warps)

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .gptj_rope import INT32_LIMIT, _largest_pow2_divisor
+from .launch_cache import CachedLaunch, launch_and_keep
 
 
 @triton.jit
@@ -75,8 +76,8 @@ def plan(n_rows: int, num_heads: int, head_size: int,
 
 
 def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
-           tile_elems: int = 8192, min_programs: int = 264) -> None:
-    """Same contract as gptj_rope.launch."""
+           tile_elems: int = 8192, min_programs: int = 264) -> CachedLaunch | None:
+    """Same contract as gptj_rope.launch (returns the launch to repeat, or None)."""
     n_rows, num_heads, head_size = x3.shape
     rows, heads, block_d, num_warps = plan(n_rows, num_heads, head_size, tile_elems, min_programs)
     n_programs = triton.cdiv(n_rows, rows)
@@ -86,11 +87,8 @@ def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
         + block_d,
         num_tokens * max(cos.stride(0), sin.stride(0)) + block_d,
     )
-    _gptj_rope_headloop_kernel[(n_programs,)](
-        out3, x3, cos, sin,
-        n_rows, num_tokens, num_heads, head_size,
-        x3.stride(0), x3.stride(1), out3.stride(0), out3.stride(1), cos.stride(0), sin.stride(0),
-        TABLE_COL_STRIDE=table_col_stride, ROWS=rows, HEADS=heads, BLOCK_D=block_d,
-        ONE_BATCH=n_rows == num_tokens, WIDE=reach > INT32_LIMIT,
-        num_warps=num_warps,
-    )
+    tail = (n_rows, num_tokens, num_heads, head_size,
+            x3.stride(0), x3.stride(1), out3.stride(0), out3.stride(1), cos.stride(0), sin.stride(0),
+            table_col_stride, rows, heads, block_d, n_rows == num_tokens, reach > INT32_LIMIT)
+    return launch_and_keep(_gptj_rope_headloop_kernel, (n_programs,), (out3, x3, cos, sin), tail,
+                 num_warps=num_warps)

@@ -3,10 +3,10 @@
 Math (SGLang's roundings, on purpose): per head, ``x1 = x[..., :D/2]``, ``x2 = x[..., D/2:]``,
 ``o1 = fp32(bf16(x1*cos)) + (-fp32(x2) * fp32(sin))``, ``o2 = fp32(bf16(x2*cos)) + fp32(x1) * fp32(sin)``,
 one rounding to x.dtype on the store. ``x*cos`` is formed in the promoted dtype of x and cos (Triton's ``*``,
-the same expression as SGLang's) and then rounded to bf16 precision. That rounding is written out as integer
-round-to-nearest-even on the fp32 bits (``_round_to_bf16``): identical to the GPU's ``cvt.rn.bf16.f32`` for
-every non-NaN value (NaN stays NaN), and identical in Triton's CPU interpreter, whose fp32 -> bf16 cast
-truncates; one code path runs on both.
+SGLang's expression). On the GPU the bf16 rounding is SGLang's own ``.to(tl.bfloat16).to(tl.float32)``
+(``cvt.rn.bf16.f32``: the same instructions as SGLang). Triton's CPU interpreter truncates on that cast, so
+there (``NATIVE_CVT=False``) it is written out as integer round-to-nearest-even on the fp32 bits
+(``_round_to_bf16``): the same value for every non-NaN input, NaN stays NaN.
 
 Byte model (per call; N = B*S*H*D elements of x, e_x / e_c the element sizes of x / cos and sin):
 
@@ -14,19 +14,30 @@ Byte model (per call; N = B*S*H*D elements of x, e_x / e_c the element sizes of 
     bound = bytes / 4.29 TB/s, plus ~2 us of launch and DRAM latency on the small rows
             (the issue's size-aware bound: 2 us + bytes / 4.3 TB/s)
 
-    [2, 6144, 4096] bf16: 100.7 + 100.7 + 100.7 = 302.0 MB -> 70.4 us (SGLang 72.4 us, 4.17 TB/s: parity is the
-    honest target); [1, 126, 2048]: 1.55 MB -> 0.36 us of bytes, ~2.4 us with the fixed cost.
+    [2, 6144, 4096] bf16: 100.7 + 100.7 + 100.7 = 302.0 MB -> 70.4 us; [1, 126, 2048]: 1.55 MB -> 0.36 us of
+    bytes, ~2.4 us with the fixed cost. Measured on the H200 (c002 run, 2026-11-25): SGLang already moves
+    3.7-4.2 TB/s on the large rows (its 2/3-read traffic runs above the 1:1 copy yardstick) and 1.95-2.33 us on
+    the 1.5/3.1 MB rows, i.e. at or under the size-aware bound on every row.
 
-SGLang's kernel runs one program per (token, 16-head block) with seq_len, heads and the cos/sin strides as
-``constexpr`` (a compile per new shape, a larger host key). This kernel takes them as runtime arguments, tiles
-ROWS tokens x HEADS heads x D/2 per program (so the large rows keep 16 KB-class tiles and the small rows are cut
-into enough programs to reach every SM), and walks x in address order (1-D grid, head block fastest).
+Why this kernel is shaped like SGLang's: c002 tiled ROWS tokens x HEADS heads per program with runtime shapes
+and strides and lost 3-10 % on 9 of 10 rows. The c003 kernel keeps SGLang's geometry (one program per
+(token, head block), every shape and stride a ``constexpr``) so the device work is SGLang's, and adds:
+unmasked loads/stores when the head block and D/2 divide evenly (no predicates), int64 offsets only when a
+launch can pass 2^31 elements (SGLang would overflow there), and a cached launch (``launch_cache.py``) that
+makes the host path shorter than SGLang's. ``plan_sglang_tiles`` is SGLang's block/warp choice;
+``plan_vec16_tiles`` keeps its tiles but gives each thread 16-byte vectors (SGLang's D=64 rows use 4-byte
+accesses with 8 warps: 2-4 % slower per byte than its D=128 rows): the variant to try, one import line in
+register.py.
 """
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+
+from .launch_cache import CachedLaunch, launch_and_keep
 
 INT32_LIMIT = 2**31 - 1
 
@@ -42,81 +53,87 @@ def _round_to_bf16(v):
 @triton.jit
 def _ltx2_split_rope_kernel(
     out_ptr, x_ptr, cos_ptr, sin_ptr,
-    n_rows, seq_len, num_heads, half_dim, n_head_blocks,
-    stride_cos_b, stride_cos_h, stride_cos_t, stride_sin_b, stride_sin_h, stride_sin_t,
-    ROWS: tl.constexpr, HEADS: tl.constexpr, BLOCK_HALF: tl.constexpr, WIDE: tl.constexpr,
+    SEQ_LEN: tl.constexpr, NUM_HEADS: tl.constexpr, HALF_DIM: tl.constexpr,
+    STRIDE_COS_B: tl.constexpr, STRIDE_COS_H: tl.constexpr, STRIDE_COS_T: tl.constexpr,
+    STRIDE_SIN_B: tl.constexpr, STRIDE_SIN_H: tl.constexpr, STRIDE_SIN_T: tl.constexpr,
+    BLOCK_HEADS: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    EVEN: tl.constexpr,  # NUM_HEADS % BLOCK_HEADS == 0 and HALF_DIM == BLOCK_HALF: no masks
+    NATIVE_CVT: tl.constexpr,  # False under the CPU interpreter (its fp32 -> bf16 cast truncates)
+    WIDE: tl.constexpr,  # int64 offsets
 ):
-    pid = tl.program_id(0)
-    row_block = pid // n_head_blocks
-    head_block = pid - row_block * n_head_blocks
-    rows = row_block * ROWS + tl.arange(0, ROWS)  # flat (batch, token) rows of x
-    heads = head_block * HEADS + tl.arange(0, HEADS)
+    pid_bt = tl.program_id(0)
     if WIDE:
-        rows = rows.to(tl.int64)
-        heads = heads.to(tl.int64)
-    batch = rows // seq_len
-    token = rows - batch * seq_len
-    j = tl.arange(0, BLOCK_HALF)
-    mask = (rows < n_rows)[:, None, None] & (heads < num_heads)[None, :, None] & (j < half_dim)[None, None, :]
+        pid_bt = pid_bt.to(tl.int64)
+    head_block = tl.program_id(1)
+    batch = pid_bt // SEQ_LEN
+    token = pid_bt - batch * SEQ_LEN
+    heads = head_block * BLOCK_HEADS + tl.arange(0, BLOCK_HEADS)
+    offsets = tl.arange(0, BLOCK_HALF)
 
-    head_dim = 2 * half_dim
-    x_off = rows[:, None, None] * (num_heads * head_dim) + heads[None, :, None] * head_dim + j[None, None, :]
-    cos_off = (batch * stride_cos_b + token * stride_cos_t)[:, None, None] + heads[None, :, None] * stride_cos_h \
-        + j[None, None, :]
-    sin_off = (batch * stride_sin_b + token * stride_sin_t)[:, None, None] + heads[None, :, None] * stride_sin_h \
-        + j[None, None, :]
-    x_first = tl.load(x_ptr + x_off, mask=mask, other=0.0, eviction_policy="evict_first")
-    x_second = tl.load(x_ptr + x_off + half_dim, mask=mask, other=0.0, eviction_policy="evict_first")
-    cos = tl.load(cos_ptr + cos_off, mask=mask, other=0.0, eviction_policy="evict_first")
-    sin = tl.load(sin_ptr + sin_off, mask=mask, other=0.0, eviction_policy="evict_first")
+    x_base = (pid_bt * NUM_HEADS + heads[:, None]) * (2 * HALF_DIM)
+    cos_base = batch * STRIDE_COS_B + heads[:, None] * STRIDE_COS_H + token * STRIDE_COS_T
+    sin_base = batch * STRIDE_SIN_B + heads[:, None] * STRIDE_SIN_H + token * STRIDE_SIN_T
+    if EVEN:
+        x_first = tl.load(x_ptr + x_base + offsets[None, :])
+        x_second = tl.load(x_ptr + x_base + HALF_DIM + offsets[None, :])
+        cos = tl.load(cos_ptr + cos_base + offsets[None, :])
+        sin = tl.load(sin_ptr + sin_base + offsets[None, :])
+    else:
+        mask = (heads[:, None] < NUM_HEADS) & (offsets[None, :] < HALF_DIM)
+        x_first = tl.load(x_ptr + x_base + offsets[None, :], mask=mask, other=0.0)
+        x_second = tl.load(x_ptr + x_base + HALF_DIM + offsets[None, :], mask=mask, other=0.0)
+        cos = tl.load(cos_ptr + cos_base + offsets[None, :], mask=mask, other=0.0)
+        sin = tl.load(sin_ptr + sin_base + offsets[None, :], mask=mask, other=0.0)
 
-    # SGLang: (x*cos).to(bf16).to(fp32) + (-x2.f32 * sin.f32); the same products, the bf16 rounding in bits.
-    out_first = _round_to_bf16((x_first * cos).to(tl.float32)) + (-x_second.to(tl.float32) * sin.to(tl.float32))
-    out_second = _round_to_bf16((x_second * cos).to(tl.float32)) + (x_first.to(tl.float32) * sin.to(tl.float32))
-    tl.store(out_ptr + x_off, out_first.to(x_first.dtype), mask=mask)
-    tl.store(out_ptr + x_off + half_dim, out_second.to(x_first.dtype), mask=mask)
+    # SGLang: (x*cos).to(bf16).to(fp32) + (-x2.f32 * sin.f32), then the store rounds to x.dtype.
+    if NATIVE_CVT:
+        first_cos = (x_first * cos).to(tl.bfloat16).to(tl.float32)
+        second_cos = (x_second * cos).to(tl.bfloat16).to(tl.float32)
+    else:
+        first_cos = _round_to_bf16((x_first * cos).to(tl.float32))
+        second_cos = _round_to_bf16((x_second * cos).to(tl.float32))
+    out_first = first_cos + (-x_second.to(tl.float32) * sin.to(tl.float32))
+    out_second = second_cos + (x_first.to(tl.float32) * sin.to(tl.float32))
+    out_dtype = out_ptr.dtype.element_ty
+    if EVEN:
+        tl.store(out_ptr + x_base + offsets[None, :], out_first.to(out_dtype))
+        tl.store(out_ptr + x_base + HALF_DIM + offsets[None, :], out_second.to(out_dtype))
+    else:
+        tl.store(out_ptr + x_base + offsets[None, :], out_first.to(out_dtype), mask=mask)
+        tl.store(out_ptr + x_base + HALF_DIM + offsets[None, :], out_second.to(out_dtype), mask=mask)
 
 
-def plan(n_rows: int, num_heads: int, half_dim: int,
-         tile_elems: int = 8192, min_programs: int = 528) -> tuple[int, int, int, int]:
-    """(ROWS, HEADS, BLOCK_HALF, num_warps): tiles of about ``tile_elems`` x elements (both halves), all heads
-    of a token in one tile when they fit (HEADS a power of two, masked above H), halved while the grid has
-    fewer than ``min_programs`` programs (4 per SM)."""
+def plan_sglang_tiles(num_heads: int, half_dim: int, x_itemsize: int) -> tuple[int, int, int]:
+    """(BLOCK_HEADS, BLOCK_HALF, num_warps): SGLang's choice (16-head blocks, 8 warps)."""
+    block_heads = min(16, triton.next_power_of_2(num_heads))
+    return block_heads, triton.next_power_of_2(half_dim), min(8, max(1, block_heads))
+
+
+def plan_vec16_tiles(num_heads: int, half_dim: int, x_itemsize: int) -> tuple[int, int, int]:
+    """SGLang's tiles, warps cut so each thread moves 16 bytes of x per access (bf16 D=64: 2 warps, D=128: 4)."""
+    block_heads = min(16, triton.next_power_of_2(num_heads))
     block_half = triton.next_power_of_2(half_dim)
-    per_head = 2 * block_half
-    heads = min(triton.next_power_of_2(num_heads), max(1, tile_elems // per_head))
-    rows = max(1, tile_elems // (heads * per_head))
-    n_head_blocks = triton.cdiv(num_heads, heads)
-    while triton.cdiv(n_rows, rows) * n_head_blocks < min_programs and (rows > 1 or heads > 4):
-        if rows > 1:
-            rows //= 2
-        else:
-            heads //= 2
-            n_head_blocks = triton.cdiv(num_heads, heads)
-    elems = rows * heads * per_head
-    num_warps = max(1, min(8, elems // 1024))
-    return rows, heads, block_half, num_warps
+    num_warps = max(1, min(8, block_heads * block_half * x_itemsize // (16 * 32)))
+    return block_heads, block_half, num_warps
 
 
-def launch(out, x, cos, sin, tile_elems: int = 8192, min_programs: int = 528) -> None:
-    """out/x [B, S, H*D] contiguous; cos/sin [B, H, S, D/2] with last stride 1 (any other strides)."""
+def launch(out, x, cos, sin, plan=plan_sglang_tiles) -> CachedLaunch | None:
+    """out/x [B, S, H*D] contiguous; cos/sin [B, H, S, D/2] with last stride 1 and non-negative strides; ``plan``
+    picks the tiles (``plan_sglang_tiles`` or ``plan_vec16_tiles``). Returns the launch to repeat for later
+    calls of the same signature (None under the interpreter)."""
     batch, seq_len, _ = x.shape
     _, num_heads, _, half_dim = cos.shape
-    n_rows = batch * seq_len
-    rows, heads, block_half, num_warps = plan(n_rows, num_heads, half_dim, tile_elems, min_programs)
-    n_head_blocks = triton.cdiv(num_heads, heads)
-    n_programs = triton.cdiv(n_rows, rows) * n_head_blocks
-    padded_rows = n_programs // n_head_blocks * rows
+    native_cvt = x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+    block_heads, block_half, num_warps = plan(num_heads, half_dim, x.element_size())
+    n_head_blocks = triton.cdiv(num_heads, block_heads)
+    padded_heads = n_head_blocks * block_heads  # masked lanes form offsets up to here
     reach = max(
-        padded_rows * num_heads * 2 * half_dim + n_head_blocks * heads * 2 * half_dim,
-        max(cos.stride(0), sin.stride(0)) * (triton.cdiv(padded_rows, seq_len) + 1)
-        + max(cos.stride(2), sin.stride(2)) * seq_len + max(cos.stride(1), sin.stride(1)) * n_head_blocks * heads
-        + block_half,
+        (batch * seq_len * num_heads + padded_heads) * 2 * half_dim,
+        max(cos.stride(0), sin.stride(0)) * batch + max(cos.stride(2), sin.stride(2)) * seq_len
+        + max(cos.stride(1), sin.stride(1)) * padded_heads + block_half,
     )
-    _ltx2_split_rope_kernel[(n_programs,)](
-        out, x, cos, sin,
-        n_rows, seq_len, num_heads, half_dim, n_head_blocks,
-        cos.stride(0), cos.stride(1), cos.stride(2), sin.stride(0), sin.stride(1), sin.stride(2),
-        ROWS=rows, HEADS=heads, BLOCK_HALF=block_half, WIDE=reach > INT32_LIMIT,
-        num_warps=num_warps,
-    )
+    tail = (seq_len, num_heads, half_dim, cos.stride(0), cos.stride(1), cos.stride(2),
+            sin.stride(0), sin.stride(1), sin.stride(2), block_heads, block_half,
+            num_heads % block_heads == 0 and half_dim == block_half, native_cvt, reach > INT32_LIMIT)
+    return launch_and_keep(_ltx2_split_rope_kernel, (batch * seq_len, n_head_blocks), (out, x, cos, sin), tail,
+                           num_warps=num_warps)

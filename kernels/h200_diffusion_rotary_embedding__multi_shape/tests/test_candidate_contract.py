@@ -98,6 +98,7 @@ def test_rope_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, kernel: s
     """The registered launcher and each GPT-J kernel file (the variant is one import line away in register.py)."""
     if kernel != "registered":
         monkeypatch.setattr(CAND, "launch_gptj", importlib.import_module(f"{CAND.__name__}.{kernel}").launch)
+        monkeypatch.setattr(CAND, "ROPE_LAUNCHES", type(CAND.ROPE_LAUNCHES)())  # no kept launch of another kernel
     torch.manual_seed(5)
     x, cos, sin, interleaved = rope_cases(dtype)[case]
     got = CAND.apply_rotary_embedding(x, cos, sin, interleaved)
@@ -122,9 +123,14 @@ def ltx2_cases(dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor
     }
 
 
+@pytest.mark.parametrize("plan", [p.__name__ for p in CAND.PLANS_LTX2])
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", list(ltx2_cases(torch.float32)))
-def test_ltx2_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, fallbacks: dict[str, Recorder]) -> None:
+def test_ltx2_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, plan: str, fallbacks: dict[str, Recorder],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each LTX-2 tile plan (the variant is one line away in register.py)."""
+    monkeypatch.setattr(CAND, "plan_ltx2", next(p for p in CAND.PLANS_LTX2 if p.__name__ == plan))
+    monkeypatch.setattr(CAND, "LTX2_LAUNCHES", type(CAND.LTX2_LAUNCHES)())  # no kept launch of another plan
     torch.manual_seed(6)
     x, cos, sin = ltx2_cases(dtype)[case]
     got = CAND.apply_ltx2_split_rotary_emb(x, cos, sin)
@@ -230,5 +236,7 @@ def test_plans_cover_every_head_and_row(heads: int, rows: int) -> None:
     for name in ("gptj_rope", "gptj_rope_headloop"):
         r, h, block_d, warps = importlib.import_module(f"{CAND.__name__}.{name}").plan(rows, heads, 128)
         assert r >= 1 and h >= 1 and block_d == 128 and 1 <= warps <= 8 and (h & (h - 1)) == 0 and (r & (r - 1)) == 0
-    r, h, block_half, warps = ltx2.plan(rows, heads, 12)
-    assert r >= 1 and h >= 1 and block_half == 16 and 1 <= warps <= 8 and (h & (h - 1)) == 0
+    for plan in (ltx2.plan_sglang_tiles, ltx2.plan_vec16_tiles):
+        for half_dim, itemsize in ((12, 2), (32, 2), (64, 2), (64, 4)):
+            h, block_half, warps = plan(heads, half_dim, itemsize)
+            assert 1 <= h <= 16 and (h & (h - 1)) == 0 and block_half >= half_dim and 1 <= warps <= 8

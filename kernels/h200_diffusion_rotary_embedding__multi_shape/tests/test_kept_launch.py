@@ -1,0 +1,125 @@
+"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+
+Runs on a CPU host: a child process without the interpreter compiles the real kernels for sm_90a offline and
+swaps Triton's driver for a stand-in whose launcher records its arguments instead of launching. Each public
+function is called twice per signature: the first call goes through ``kernel[grid]`` (Triton's dispatch), the
+second through the kept launch; the recorded grid, stream, function, metadata, hooks and arguments must agree.
+A misaligned x (the kept binary assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TASK_DIR = Path(__file__).resolve().parents[1]
+
+
+def _child() -> None:
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    from kda_lab.task import load_task
+    from kda_lab.task.schema import load_candidate
+
+    launches: list[dict[str, Any]] = []
+    dispatches = [0]
+
+    def describe(a: Any) -> Any:
+        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
+
+    class Utils:
+        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
+            return 1, 7, 64, 0, 1024
+
+        def get_device_properties(self, device: int) -> dict[str, int]:
+            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
+
+    class StandIn:
+        utils = Utils()
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 1234
+
+        def launcher_cls(self, src: Any, metadata: Any) -> Any:
+            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
+                       enter: Any, exit_: Any, *args: Any) -> None:
+                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
+                                 "packed": repr(packed), "hooks": [repr(type(enter)), repr(type(exit_))],
+                                 "args": [describe(a) for a in args]})
+            return record
+
+    driver.set_active(StandIn())
+    real_run = JITFunction.run
+
+    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        dispatches[0] += 1
+        return real_run(self, *args, **kwargs)
+
+    JITFunction.run = counting_run
+    reg = load_candidate(load_task(TASK_DIR))
+    reg._runs_here = lambda *t: True
+    plain_signature = reg._signature
+
+    def signature_on_cpu(x: Any, cos: Any, sin: Any, *extra: object) -> Any:
+        return plain_signature(x, cos, sin, *extra) if x.is_cuda else \
+            (x.shape, x.stride(), x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape, sin.stride(), sin.dtype,
+             *extra)
+
+    reg._signature = signature_on_cpu
+    torch.set_grad_enabled(False)
+    table = torch.randn(1, 12, 3, 32, dtype=torch.bfloat16).transpose(1, 2)
+    buf = torch.randn(2 + 12 * 3 * 64, dtype=torch.bfloat16)
+    cases = {
+        "rope": (reg.apply_rotary_embedding, (torch.randn(2, 12, 3, 64, dtype=torch.bfloat16),
+                                              torch.randn(12, 32), torch.randn(12, 32), False)),
+        "ltx2": (reg.apply_ltx2_split_rotary_emb, (buf[:-2].view(1, 12, 3 * 64), table, table)),
+    }
+    report: dict[str, Any] = {}
+    for name, (fn, args) in cases.items():
+        start = len(launches)
+        outs = [fn(*args), fn(*args)]
+        report[name] = {"launches": launches[start:], "outs": [o.data_ptr() for o in outs],
+                        "inputs": [describe(a) for a in args[:3]]}
+    report["dispatches_before_misaligned"] = dispatches[0]
+    x = buf[1:-1].view(1, 12, 3 * 64)  # 2 bytes past an aligned address, same signature as the ltx2 case
+    reg.apply_ltx2_split_rotary_emb(x, table, table)
+    report["dispatches_after_misaligned"] = dispatches[0]
+    print(json.dumps(report))
+
+
+def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("rope", "ltx2"):
+        first, second = report[name]["launches"]
+        out1, out2 = report[name]["outs"]
+        assert first["args"][0] == ["tensor", out1] and second["args"][0] == ["tensor", out2]
+        assert first["args"][1:4] == report[name]["inputs"]  # x (its [B*T,H,D] view for rope), cos, sin
+        first_rest = {k: v for k, v in first.items() if k != "args"}
+        second_rest = {k: v for k, v in second.items() if k != "args"}
+        assert first_rest == second_rest, name
+        assert first["args"][1:] == second["args"][1:], name
+    # two dispatches for four calls (the second call of each signature is the kept launch), then one more for
+    # the misaligned x
+    assert report["dispatches_before_misaligned"] == 2
+    assert report["dispatches_after_misaligned"] == 3
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
+    _child()
