@@ -166,7 +166,7 @@ def conv_bits(build) -> list[dict[str, Any]]:
         key = (tuple(x.shape), tuple(mod.weight.shape))
         if key in seen:
             return
-        a = mod(x.contiguous())
+        a = F.conv3d(x.contiguous(), mod.weight, mod.bias, mod.stride, mod.padding, mod.dilation, mod.groups)
         xb = x.contiguous(memory_format=torch.channels_last_3d)
         wb = mod.weight.contiguous(memory_format=torch.channels_last_3d)
         b = F.conv3d(xb, wb, mod.bias, mod.stride, mod.padding, mod.dilation, mod.groups)
