@@ -6,7 +6,8 @@ fast path, since class attributes are process-wide: the forced arch (``KDA_FORCE
 of the current CUDA device, else (no CUDA device, or one of an arch without an impl) the first promoted arch. The
 patched forwards check each call's device (``serves``) and run SGLang's own on a device of another arch. A forced
 arch without an impl patches nothing, and ``status()`` says why.
-Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
+A fast path whose SGLang module is not imported yet waits for it (``_PatchOnImport``), so ``import sglang`` does not
+import the diffusion runtime. Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
 """
 
 from __future__ import annotations
@@ -56,40 +57,88 @@ def _serves(arch: str, forced: str | None):
     return serves
 
 
+class _PatchOnImport:
+    """A ``sys.meta_path`` finder that lets the patched SGLang module load as usual and activates its waiting fast
+    paths right after: ``install()`` inside ``import sglang`` must not import SGLang's diffusion runtime (seconds,
+    and nothing an LLM server needs)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in {fp.sglang for fp in FAST_PATHS if fp.name in _PENDING}:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_activate(module: Any) -> None:
+            exec_module(module)
+            for fp in FAST_PATHS:
+                if fp.sglang == name and fp.name in _PENDING:
+                    _activate(fp)
+
+        loader.exec_module = exec_then_activate  # type: ignore[method-assign]
+        return spec
+
+
+_PENDING: dict[str, tuple[tuple[str, ...], str | None]] = {}  # name -> (promoted arches, forced arch)
+_FINDER = _PatchOnImport()
+
+
 def install(families: Iterable[str] | None, forced: str | None) -> list[str]:
-    """Install every promoted fast path of ``families`` (default all); returns the names installed now."""
+    """Install every promoted fast path of ``families`` (default all): now when its SGLang module is imported,
+    else when it is (``_PatchOnImport``). Returns the names patched now."""
+    import sys
+
     done = []
     wanted = set(families) if families is not None else None
     for fp in FAST_PATHS:
-        if (wanted is not None and fp.family not in wanted) or fp.name in _STATE:
+        if (wanted is not None and fp.family not in wanted) or fp.name in _STATE or fp.name in _PENDING:
             continue
         _PROBLEMS.pop(fp.name, None)
-        problems: list[str] = []
         try:
             st = stamps(fp)
-            if not st["promoted"] or forced == "baseline":
-                continue
-            arch = forced if forced is not None else _current_arch()
-            if forced is None and arch not in st["arches"]:
-                # no CUDA device, or one without an impl: patch anyway, so a device of a promoted arch used later in
-                # the process gets it; serves() hands every other device to SGLang's forwards call by call
-                arch = st["arches"][0] if st["arches"] else None
-            if arch not in st["arches"]:
-                problems.append(f"no {arch} impl (promoted for {', '.join(st['arches'])}): SGLang's modules unchanged")
-            else:
-                mod = importlib.import_module(f"{fp.family_module}._impls.{arch}.register")
-                impl = (getattr(mod, "FAST_PATHS", None) or {}).get(fp.name)
-                if impl is None or not callable(getattr(impl, "install", None)):
-                    problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
-                else:
-                    impl.install(_serves(arch, forced))
-                    _STATE[fp.name] = (arch, impl, forced)
-                    done.append(fp.name)
         except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
-            problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")
-        if problems:
-            _PROBLEMS[fp.name] = problems
+            _PROBLEMS[fp.name] = [f"cannot read stamps: {type(e).__name__}: {e}"]
+            continue
+        if not st["promoted"] or forced == "baseline":
+            continue
+        _PENDING[fp.name] = (tuple(st["arches"]), forced)
+        if fp.sglang in sys.modules:
+            if _activate(fp):
+                done.append(fp.name)
+        elif _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
     return done
+
+
+def _activate(fp: FastPath) -> bool:
+    """Import the impl of the chosen arch and patch; problems go to status(). Never raises."""
+    arches, forced = _PENDING.pop(fp.name)
+    problems: list[str] = []
+    try:
+        arch = forced if forced is not None else _current_arch()
+        if forced is None and arch not in arches:
+            # no CUDA device, or one without an impl: patch anyway, so a device of a promoted arch used later in
+            # the process gets it; serves() hands every other device to SGLang's forwards call by call
+            arch = arches[0] if arches else None
+        if arch not in arches:
+            problems.append(f"no {arch} impl (promoted for {', '.join(arches)}): SGLang's modules unchanged")
+        else:
+            mod = importlib.import_module(f"{fp.family_module}._impls.{arch}.register")
+            impl = (getattr(mod, "FAST_PATHS", None) or {}).get(fp.name)
+            if impl is None or not callable(getattr(impl, "install", None)):
+                problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
+            else:
+                impl.install(_serves(arch, forced))
+                _STATE[fp.name] = (arch, impl, forced)
+    except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
+        problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")
+    if problems:
+        _PROBLEMS[fp.name] = problems
+    return not problems
 
 
 def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
@@ -97,6 +146,8 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
     wanted = set(families) if families is not None else None
     out = {}
     for fp in FAST_PATHS:
+        if wanted is None or fp.family in wanted:
+            _PENDING.pop(fp.name, None)
         if fp.name in _STATE and (wanted is None or fp.family in wanted):
             _, impl, _ = _STATE.pop(fp.name)
             out[fp.name] = impl.uninstall()
@@ -118,6 +169,7 @@ def status() -> dict[str, dict[str, Any]]:
             "arches": [a for a in st.get("arches", ()) if a in ARCH_CAPABILITY],
             "stamps": {k: st.get(k) for k in STAMP_KEYS},
             "installed": impl is not None, "forced_arch": forced, "installed_arch": arch,
+            "pending_import": fp.name in _PENDING,  # patched when SGLang imports fp.sglang
             "call_sites_rebound": 0, "call_sites": [], "rebound": patched, "kernel_registry": None,
             "problems": list(_PROBLEMS.get(fp.name, ())), "builds": {},
         }

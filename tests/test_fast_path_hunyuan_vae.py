@@ -164,3 +164,30 @@ print(json.dumps({{"st": st, "swapped": during is not before, "restored": after 
     assert st["promoted"] and st["installed"] and st["installed_arch"] == "h200" and st["kind"] == "fast_path", st
     assert len(st["rebound"]) == 5 and not st["problems"], st
     assert r["swapped"] and r["restored"] and "hunyuanvideo_vae_decoder" in r["back"] and not r["after"]
+
+
+def test_install_before_sglang_imports_the_vae_waits_for_the_import():
+    """Inside `import sglang` the diffusion runtime is not imported: install() leaves the fast path pending and
+    patches when SGLang's hunyuanvae module is imported, without importing it itself."""
+    code = f"""
+import importlib, json, sys
+from kda_lab.e2e import runtime
+runtime.cpu_e2e_site()
+import kda_kernels
+st = kda_kernels.install()["hunyuanvideo_vae_decoder"]
+loaded_by_install = {HUNYUAN!r} in sys.modules
+hy = importlib.import_module({HUNYUAN!r})
+after = kda_kernels.status()["hunyuanvideo_vae_decoder"]
+patched = hy.HunyuanVideoCausalConv3d.forward.__qualname__
+kda_kernels.uninstall()
+print(json.dumps({{"pending": st["pending_import"], "installed": st["installed"], "loaded_by_install": loaded_by_install,
+                  "after": [after["installed"], after["pending_import"], len(after["rebound"])], "patched": patched,
+                  "restored": hy.HunyuanVideoCausalConv3d.forward.__qualname__}}))
+"""
+    env = {**os.environ, "KDA_FORCE_ARCH": "h200", "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["pending"] and not r["installed"] and not r["loaded_by_install"], r
+    assert r["after"] == [True, False, 5], r
+    assert "causal_conv_forward" in r["patched"] and r["restored"] == "HunyuanVideoCausalConv3d.forward", r
