@@ -63,14 +63,24 @@ if [ "${#found[@]}" -ne 1 ]; then
   exit 1
 fi
 
+# Its runtime deps that the box lacks, --no-deps: the list says why each of the wheel's Requires-Dist is or is not
+# there. They go in .gpu-stage-e1 beside its chunk, so every chunk is made smaller by their size.
+mkdir -p "$work/deps"
+"${download[@]}" -d "$work/deps" -r "$here/gpu_stage/flashinfer-deps.txt" -c "$gpu_txt"
+deps_bytes=$(du -sb "$work/deps" | cut -f1)
+# The chunker keeps 0.25 MiB of each folder for its manifest and scripts: leave at least as much again for a chunk.
+if [ "$deps_bytes" -gt $((chunk_mb * 1024 * 1024 - 512 * 1024)) ]; then
+  echo "refusing: the deps ($deps_bytes bytes) leave no room for a chunk in .gpu-stage-e1 under" \
+       "KDA_STAGE_CHUNK_MB=$chunk_mb; nothing was changed" >&2
+  exit 1
+fi
+chunk_room=$("$python" -c "import sys; print(int(sys.argv[1]) - int(sys.argv[2]) / 2**20)" "$chunk_mb" "$deps_bytes")
 # The whole wheel, one part: FlashInfer's JIT compiles from the CUDA sources and headers it carries (data/), and
 # which of its modules a peer imports is FlashInfer's business; xz takes it from 65 MB to about 17 MB.
 "$python" "$here/gpu_stage/wheel_chunks.py" pack --wheel "${found[0]}" --out "$work/out" --cache "$cache" \
-  --chunk-mb "$chunk_mb" --version "$version" --package flashinfer --distribution flashinfer-python \
+  --chunk-mb "$chunk_room" --version "$version" --package flashinfer --distribution flashinfer-python \
   --name flashinfer --letter e > "$work/folders.txt"
-# Its runtime deps that the box lacks, --no-deps: the list says why each of the wheel's Requires-Dist is or is not there.
-mkdir -p "$work/out/e1/deps"
-"${download[@]}" -d "$work/out/e1/deps" -r "$here/gpu_stage/flashinfer-deps.txt" -c "$gpu_txt"
+mv "$work/deps" "$work/out/e1/deps"
 for folder in "$work"/out/e*; do
   cp "$here/gpu_stage/setup-e.sh" "$folder/setup.sh"
   cp "$here/gpu_stage/flashinfer_env.py" "$folder/"
