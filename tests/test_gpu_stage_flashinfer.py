@@ -252,7 +252,11 @@ def test_box_installs_when_every_chunk_is_there_in_any_order(tmp_path: Path) -> 
     assert dists["flashinfer-python"] == VERSION
     # The JIT settings: sourced through ~/kda-env.sh, cache under ~/kda-flashinfer-jit, where the build went.
     env_sh = (home / "kda-env.sh").read_text()
-    assert env_sh.count("kda-flashinfer-env.sh") == 2  # the one line, [ -f X ] && . X
+    assert env_sh.count("kda-flashinfer-env.sh") == 2  # the one line, if [ -f X ]; then . X; fi
+    # Sourcing it stays true once the file is gone (gpu_box.sh sources it under set -e).
+    (home / "kda-flashinfer-env.sh").rename(home / "gone.sh")
+    assert run(["bash", "-euc", 'source "$HOME/kda-env.sh"; echo sourced'], env, repo).stdout == "sourced\n"
+    (home / "gone.sh").rename(home / "kda-flashinfer-env.sh")
     fi_env = (home / "kda-flashinfer-env.sh").read_text()
     assert f"export FLASHINFER_WORKSPACE_BASE={home}/kda-flashinfer-jit" in fi_env
     assert (home / "kda-flashinfer-jit" / ".cache" / "flashinfer" / "norm.so").read_bytes() == b"built"

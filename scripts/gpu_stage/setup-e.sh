@@ -32,7 +32,7 @@ source "$HOME/kda-env.sh"
 env_file=$HOME/kda-flashinfer-env.sh
 python3 "$stage/flashinfer_env.py" --site "$site" --jit "$HOME/kda-flashinfer-jit" --out "$env_file"
 # shellcheck disable=SC2016  # written literally into ~/kda-env.sh, expanded when that is sourced
-line='[ -f "$HOME/kda-flashinfer-env.sh" ] && . "$HOME/kda-flashinfer-env.sh"'
+line='if [ -f "$HOME/kda-flashinfer-env.sh" ]; then . "$HOME/kda-flashinfer-env.sh"; fi'
 grep -qxF "$line" "$HOME/kda-env.sh" || echo "$line" >> "$HOME/kda-env.sh"
 # shellcheck source=/dev/null
 source "$HOME/kda-env.sh"
