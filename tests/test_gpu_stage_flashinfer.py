@@ -167,6 +167,16 @@ def test_every_requirement_of_the_pinned_wheel_is_accounted_for() -> None:
     assert not left_out & (staged | gpu_stage_a)
 
 
+def test_the_whole_wheel_is_one_part_but_a_data_folder_is_refused() -> None:
+    chunks_mod = load(HELPER, "wheel_chunks")
+    names = ["flashinfer/__init__.py", "flashinfer/data/csrc/norm.cu", "b12x/__init__.py", "build_backend.py",
+             "flashinfer/data/", f"flashinfer_python-{VERSION}.dist-info/RECORD"]
+    members, dropped = chunks_mod.assign_members(names, "flashinfer", None)
+    assert members == {"core": [n for n in names if not n.endswith("/")]} and dropped == []
+    with pytest.raises(chunks_mod.StageError, match="x-1.data/"):
+        chunks_mod.assign_members([*names, "x-1.data/scripts/x"], "flashinfer", None)
+
+
 # ------------------------------------------------------------------------------------------------ staging
 
 def test_help_and_bad_settings(tmp_path: Path) -> None:

@@ -94,6 +94,10 @@ def assign_members(names: list[str], package: str, parts: dict[str, list[str]] |
     dist-info; a shared object goes to the first part with a matching pattern, or is dropped; every other
     top-level package of the wheel is dropped. parts=None: the whole wheel, one part named "core"."""
     if parts is None:
+        data = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".data")})
+        if data:  # scripts, headers, purelib/platlib: where they go is pip's mapping, not the site folder's root
+            raise StageError(f"the wheel has {data[0]}/, which an unpacked copy cannot install: stage it with pip",
+                             EXIT_USAGE)
         return {"core": [n for n in names if not n.endswith("/")]}, []
     first = next(iter(parts))
     members: dict[str, list[str]] = {part: [] for part in parts}
