@@ -104,5 +104,5 @@ folders=()
 for ((k = 1; k <= count; k++)); do folders+=(".gpu-stage-e$k"); done
 exclude_from_git "$root" "${folders[@]}"
 du -sh "$root"/.gpu-stage-e[0-9]*
-echo "staged flashinfer-python $version in $count folder(s): carry .gpu-stage-e1 .. .gpu-stage-e$count, after" \
+echo "staged flashinfer-python $version in $count folder(s): carry ${folders[*]}, one call each, after" \
      ".gpu-stage-a (and .gpu-stage-b, for its CuTe DSL norms) on the same warm box (docs/gpu-box.md)"
