@@ -45,6 +45,12 @@ fi
 for setup in .gpu-stage-d[0-9]*/setup.sh; do
   if [ -f "$setup" ]; then bash "$setup"; fi
 done
+# FlashInfer, staged likewise by scripts/gpu_stage_flashinfer.sh; its setup adds its JIT settings to ~/kda-env.sh.
+for setup in .gpu-stage-e[0-9]*/setup.sh; do
+  if [ -f "$setup" ]; then bash "$setup"; fi
+done
+# shellcheck disable=SC1090
+source ~/kda-env.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 for cmd in "$@"; do

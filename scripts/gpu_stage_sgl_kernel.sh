@@ -77,7 +77,7 @@ keep=(--keep-so 'core=sgl_kernel/sm90/common_ops.*' --keep-so 'core=sgl_kernel/s
 if [ "$fa3" = 1 ]; then
   keep+=(--keep-so 'fa3=sgl_kernel/flash_ops.*')
 fi
-"$python" "$here/gpu_stage/sgl_kernel_chunks.py" pack --wheel "${found[0]}" --out "$work/out" --cache "$cache" \
+"$python" "$here/gpu_stage/wheel_chunks.py" pack --wheel "${found[0]}" --out "$work/out" --cache "$cache" \
   --chunk-mb "$chunk_mb" --version "$version" "${keep[@]}" > "$work/folders.txt"
 for folder in "$work"/out/d*; do
   cp "$here/gpu_stage/setup-d.sh" "$folder/setup.sh"

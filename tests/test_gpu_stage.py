@@ -28,6 +28,7 @@ BOX_DEPS = REPO / "scripts" / "gpu_stage" / "box-deps.txt"
 E2E_DEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps.txt"  # .gpu-stage-c, for kda e2e
 E2E_NODEPS = REPO / "scripts" / "gpu_stage" / "e2e-deps-nodeps.txt"  # .gpu-stage-c, staged --no-deps (need torch)
 PEER_NODEPS = REPO / "scripts" / "gpu_stage" / "peer-deps-nodeps.txt"  # .gpu-stage-a, --no-deps (public peers)
+FLASHINFER_DEPS = REPO / "scripts" / "gpu_stage" / "flashinfer-deps.txt"  # .gpu-stage-e1, --no-deps (FlashInfer's)
 GPU_TXT = REPO / "requirements" / "gpu.txt"
 CPU_TXT = REPO / "requirements" / "cpu.txt"
 CPU_IN = REPO / "requirements" / "cpu.in"
@@ -101,7 +102,7 @@ def test_gpu_txt_is_usable_as_pip_constraints() -> None:
 
 
 def test_every_staged_box_dep_is_pinned_for_gpu_machines() -> None:
-    staged = {norm(ln) for f in (BOX_DEPS, E2E_DEPS, E2E_NODEPS, PEER_NODEPS) for ln in requirement_lines(f)}
+    staged = {norm(ln) for f in (BOX_DEPS, E2E_DEPS, E2E_NODEPS, PEER_NODEPS, FLASHINFER_DEPS) for ln in requirement_lines(f)}
     assert staged and staged <= set(pins(GPU_TXT)), staged - set(pins(GPU_TXT))
 
 

@@ -1,5 +1,5 @@
 """Staging SGLang's sgl_kernel for the offline GPU box in chunks (scripts/gpu_stage_sgl_kernel.sh, its helper
-scripts/gpu_stage/sgl_kernel_chunks.py and the box-side scripts/gpu_stage/setup-d.sh).
+scripts/gpu_stage/wheel_chunks.py and the box-side scripts/gpu_stage/setup-d.sh).
 
 The round trips run the real scripts on a real wheel built here with the official wheel's name, layout and tags
 (`sglang_kernel-<pinned version>-cp310-abi3-manylinux2014_x86_64.whl`: sgl_kernel with sm90/ and sm100/ builds of
@@ -28,13 +28,13 @@ from tests.conftest import REPO
 from tests.test_gpu_stage import clean_env, run
 
 STAGE = REPO / "scripts" / "gpu_stage_sgl_kernel.sh"
-HELPER = REPO / "scripts" / "gpu_stage" / "sgl_kernel_chunks.py"
+HELPER = REPO / "scripts" / "gpu_stage" / "wheel_chunks.py"
 SETUP_D = REPO / "scripts" / "gpu_stage" / "setup-d.sh"
 PIN = REPO / "requirements" / "sgl-kernel.txt"
 
 
 def load_helper():
-    spec = importlib.util.spec_from_file_location("sgl_kernel_chunks", HELPER)
+    spec = importlib.util.spec_from_file_location("wheel_chunks", HELPER)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -360,7 +360,7 @@ def test_a_new_stage_replaces_the_installed_package_whole(tmp_path: Path) -> Non
     assert not (site / "sgl_kernel" / "flash_ops.abi3.so").exists()  # no stale add-on of the old stage
 
 
-@pytest.mark.parametrize("script", ["gpu_stage_sgl_kernel.sh", "gpu_stage/setup-d.sh", "gpu_stage/sgl_kernel_chunks.py"])
+@pytest.mark.parametrize("script", ["gpu_stage_sgl_kernel.sh", "gpu_stage/setup-d.sh", "gpu_stage/wheel_chunks.py"])
 def test_scripts_are_executable_and_strict(script: str) -> None:
     path = REPO / "scripts" / script
     assert os.access(path, os.X_OK)

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Stage SGLang's `sgl_kernel` for the offline GPU box in upload-sized chunks, and put it back together there.
+"""Stage a wheel too large for one upload for the offline GPU box in upload-sized chunks, and put it back together
+there: SGLang's `sgl_kernel` (scripts/gpu_stage_sgl_kernel.sh, folders .gpu-stage-dK) and FlashInfer
+(scripts/gpu_stage_flashinfer.sh, folders .gpu-stage-eK).
 
-Standard library only: this file is copied into every `.gpu-stage-dK/` folder as `chunks.py` and runs on the box.
+Standard library only: this file is copied into every chunk folder as `chunks.py` and runs on the box.
 
-  pack     (here, from scripts/gpu_stage_sgl_kernel.sh) trims the official sglang-kernel wheel to the shared objects
-           an sm_90 GPU loads, in parts: `--keep-so PART=PATTERN` puts every shared object matching PATTERN
-           (fnmatch on its path in the wheel) in PART; the first part also gets the Python package and the
-           dist-info, later parts are add-ons (the FlashAttention-3 extension alone is 1.1 GB). Each part becomes a
-           tar.xz split into equal chunks under the size limit, one folder per chunk (d1, d2, ... across parts): the
-           chunk, the part's manifest.json (sha256 of each of its chunks and of its whole archive, the wheel it came
-           from, what was left out) and this file.
+  pack     (here, from the staging script) repacks the wheel as tar.xz (FlashInfer's 65 MB wheel, mostly CUDA
+           sources, shrinks to about 17 MB), whole or trimmed to the shared objects a GPU loads, in parts:
+           `--keep-so PART=PATTERN` puts every shared object matching PATTERN (fnmatch on its path in the wheel) in
+           PART, drops the others and every top-level entry but the package; the first part also gets the Python
+           package and the dist-info, later parts are add-ons (sgl_kernel's FlashAttention-3 extension alone is
+           1.1 GB). Without --keep-so the whole wheel is one part. Each part becomes a tar.xz split into equal
+           chunks under the size limit, one folder per chunk (<letter>1, <letter>2, ... across parts, `--letter`):
+           the chunk, the part's manifest.json (sha256 of each of its chunks and of its whole archive, the wheel it
+           came from, what was left out) and this file.
   collect  (on the box, from the folder's setup.sh) checks the chunk it was carried with against the manifest and
            keeps it in a stash that lasts while the box is warm; the call that completes a part joins its chunks,
            checks the archive's sha256 and installs it into the site folder (an add-on only over the first part of
@@ -28,6 +32,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +42,6 @@ import zipfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
-ARCHIVE = "sgl-kernel.tar.xz"
 MARK = ".kda-staged-{part}.sha256"  # in the installed package: the archive each part was installed from
 TRIMMED_NOTE = "KDA-TRIMMED"  # in the dist-info: what the stage left out
 EXIT_MISSING = 10
@@ -84,11 +88,17 @@ def parse_keep(specs: list[str]) -> dict[str, list[str]]:
     return parts
 
 
-def assign_members(names: list[str], package: str, parts: dict[str, list[str]]) -> tuple[dict[str, list[str]],
-                                                                                       list[str]]:
+def assign_members(names: list[str], package: str, parts: dict[str, list[str]] | None) -> tuple[
+        dict[str, list[str]], list[str]]:
     """(part -> wheel members, dropped members). The first part gets the package's Python files and data and the
     dist-info; a shared object goes to the first part with a matching pattern, or is dropped; every other
-    top-level package of the wheel is dropped."""
+    top-level package of the wheel is dropped. parts=None: the whole wheel, one part named "core"."""
+    if parts is None:
+        data = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".data")})
+        if data:  # scripts, headers, purelib/platlib: where they go is pip's mapping, not the site folder's root
+            raise StageError(f"the wheel has {data[0]}/, which an unpacked copy cannot install: stage it with pip",
+                             EXIT_USAGE)
+        return {"core": [n for n in names if not n.endswith("/")]}, []
     first = next(iter(parts))
     members: dict[str, list[str]] = {part: [] for part in parts}
     dropped = []
@@ -111,7 +121,8 @@ def assign_members(names: list[str], package: str, parts: dict[str, list[str]]) 
     return members, dropped
 
 
-def extract_part(wheel: Path, names: list[str], later: list[str], dropped: list[str], dest: Path) -> None:
+def extract_part(wheel: Path, names: list[str], later: list[str], dropped: list[str], dest: Path,
+                 stager: str = "the KDA lab's GPU staging") -> None:
     """Extract `names` of `wheel` into `dest`. If they include the dist-info, its RECORD is rewritten to the files
     this part installs (an add-on part appends its own lines when it is installed, so `pip show -f` tells the
     truth) and KDA-TRIMMED names what the stage left out and what comes in later parts."""
@@ -131,12 +142,13 @@ def extract_part(wheel: Path, names: list[str], later: list[str], dropped: list[
             records.append(record_line(name, data))
     if info is None:
         return
-    note = (f"Trimmed by the KDA lab's scripts/gpu_stage_sgl_kernel.sh from {wheel.name} for an sm_90 GPU.\n"
-            "Left out (calling what needs them fails with sgl_kernel's own ImportError):\n"
+    if dropped or later:
+        note = (f"Trimmed by {stager} from {wheel.name} for the GPU box.\n"
+            "Left out (calling what needs them fails with the package's own ImportError):\n"
             + "".join(f"  {n}\n" for n in dropped)
             + "Installed by add-on parts of the stage, when carried:\n" + "".join(f"  {n}\n" for n in later))
-    (dest / info / TRIMMED_NOTE).write_text(note)
-    records.append(record_line(f"{info}/{TRIMMED_NOTE}", note.encode()))
+        (dest / info / TRIMMED_NOTE).write_text(note)
+        records.append(record_line(f"{info}/{TRIMMED_NOTE}", note.encode()))
     records.append(f"{info}/RECORD,,")
     (dest / info / "RECORD").write_text("\n".join(records) + "\n")
 
@@ -180,17 +192,17 @@ def chunk_sizes(total: int, limit: int) -> list[int]:
 
 
 def part_archive(wheel: Path, wheel_sha: str, part: str, names: list[str], later: list[str], dropped: list[str],
-                 cache: Path, version: str) -> Path:
-    """The part's tar.xz, cached in `cache` under the wheel's version and reused while the wheel and the part's
-    members are the same (xz of 1 GB takes minutes)."""
-    archive = cache / f"sgl-kernel-{version}-{part}.tar.xz"
+                 cache: Path, name: str, version: str) -> Path:
+    """The part's tar.xz, cached in `cache` under the stage's name and the wheel's version and reused while the
+    wheel and the part's members are the same (xz of 1 GB takes minutes)."""
+    archive = cache / f"{name}-{version}-{part}.tar.xz"
     key_path = archive.with_name(archive.name + ".key")
     key = json.dumps({"wheel_sha256": wheel_sha, "names": names, "later": later, "dropped": dropped})
     if archive.is_file() and key_path.is_file() and key_path.read_text() == key:
         return archive
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        extract_part(wheel, names, later, dropped, Path(tmp) / "tree")
+        extract_part(wheel, names, later, dropped, Path(tmp) / "tree", f"the KDA lab's GPU staging ({name})")
         partial = Path(tmp) / "archive.tar.xz"
         write_archive(Path(tmp) / "tree", partial)
         partial.replace(archive)
@@ -201,15 +213,16 @@ def part_archive(wheel: Path, wheel_sha: str, part: str, names: list[str], later
 def write_part_folders(archive: Path, out: Path, first_index: int, limit: int, info: dict) -> list[Path]:
     sizes = chunk_sizes(archive.stat().st_size, limit)
     chunks, folders = [], []
+    letter = info["letter"]
     with archive.open("rb") as f:
         for offset, size in enumerate(sizes):
             index = first_index + offset
-            folder = out / f"d{index}"
+            folder = out / f"{letter}{index}"
             folder.mkdir(parents=True)
-            name = f"{ARCHIVE}.part{offset + 1:02d}"
+            name = f"{info['name']}.tar.xz.part{offset + 1:02d}"
             data = f.read(size)
             (folder / name).write_bytes(data)
-            chunks.append({"folder": f".gpu-stage-d{index}", "file": name, "bytes": size,
+            chunks.append({"folder": f".gpu-stage-{letter}{index}", "file": name, "bytes": size,
                            "sha256": hashlib.sha256(data).hexdigest()})
             folders.append(folder)
     manifest = {**info, "archive_bytes": archive.stat().st_size, "archive_sha256": sha256_of(archive),
@@ -228,21 +241,27 @@ def cmd_pack(args: argparse.Namespace) -> int:
         raise StageError(f"--chunk-mb {args.chunk_mb} leaves no room for a chunk", EXIT_USAGE)
     if out.exists() and any(out.iterdir()):
         raise StageError(f"{out} is not empty", EXIT_USAGE)
+    if not re.fullmatch(r"[a-z]", args.letter) or not re.fullmatch(r"[a-z][a-z0-9-]*", args.name):
+        raise StageError(f"--letter {args.letter!r} / --name {args.name!r}: give one letter a-z and a lower-case "
+                         "name", EXIT_USAGE)
     out.mkdir(parents=True, exist_ok=True)
-    parts = parse_keep(args.keep_so)
+    parts = parse_keep(args.keep_so) if args.keep_so else None
     wheel_sha = sha256_of(wheel)
     with zipfile.ZipFile(wheel) as z:
         members, dropped = assign_members(z.namelist(), args.package, parts)
-    if not any(n.startswith(f"{args.package}/") and n.endswith("__init__.py") for n in members[next(iter(parts))]):
+    base_part = next(iter(members))
+    if f"{args.package}/__init__.py" not in members[base_part]:
         raise StageError(f"{wheel.name} has no {args.package}/__init__.py", EXIT_USAGE)
-    base_part = next(iter(parts))
+    patterns = parts or {base_part: ["(the whole wheel)"]}
     base_sha = None
     index = 1
     for part, names in members.items():
         later = [n for p, ns in members.items() if p != base_part for n in ns] if part == base_part else []
-        archive = part_archive(wheel, wheel_sha, part, names, later, dropped, Path(args.cache), args.version)
-        info = {"package": args.package, "distribution": args.distribution, "version": args.version,
-                "wheel": wheel.name, "wheel_sha256": wheel_sha, "part": part, "patterns": parts[part],
+        archive = part_archive(wheel, wheel_sha, part, names, later, dropped, Path(args.cache), args.name,
+                               args.version)
+        info = {"name": args.name, "letter": args.letter, "package": args.package,
+                "distribution": args.distribution, "version": args.version,
+                "wheel": wheel.name, "wheel_sha256": wheel_sha, "part": part, "patterns": patterns[part],
                 "base_part": None if part == base_part else base_part, "base_sha256": base_sha,
                 "dropped": dropped}
         folders = write_part_folders(archive, out, index, limit, info)
@@ -261,18 +280,20 @@ def load_manifest(folder: Path) -> dict:
         manifest = json.loads((folder / MANIFEST).read_text())
         chunks = manifest["chunks"]
         assert isinstance(chunks, list) and chunks
+        name, letter = manifest["name"], manifest["letter"]
+        assert re.fullmatch(r"[a-z][a-z0-9-]*", name) and re.fullmatch(r"[a-z]", letter)
         for c in chunks:
             assert isinstance(c["bytes"], int) and len(c["sha256"]) == 64
             # A chunk's name must stay inside its folder.
-            assert c["file"] == Path(c["file"]).name and c["file"].startswith(ARCHIVE + ".part")
-            assert c["folder"].startswith(".gpu-stage-d")
+            assert c["file"] == Path(c["file"]).name and c["file"].startswith(f"{name}.tar.xz.part")
+            assert re.fullmatch(rf"\.gpu-stage-{letter}\d+", c["folder"])
         assert len({c["file"] for c in chunks}) == len(chunks)
         assert len(manifest["archive_sha256"]) == 64 and manifest["version"] and manifest["part"].isidentifier()
         assert manifest["package"].isidentifier()
         assert manifest["base_part"] is None or len(manifest["base_sha256"]) == 64
     except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as exc:
-        raise StageError(f"sgl-kernel: {folder.name}/{MANIFEST} is missing or malformed ({exc!r}); stage again "
-                         "with scripts/gpu_stage_sgl_kernel.sh", EXIT_USAGE) from exc
+        raise StageError(f"{folder.name}/{MANIFEST} is missing or malformed ({exc!r}); stage again with the "
+                         "staging script that made it (docs/gpu-box.md)", EXIT_USAGE) from exc
     return manifest
 
 
@@ -300,14 +321,15 @@ def install(archive: Path, manifest: dict, site: Path) -> None:
     extract leaves `site` as it was."""
     package = manifest["package"]
     site.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=site.parent, prefix=".kda-sgl-kernel-") as tmp:
+    label = manifest["name"]
+    with tempfile.TemporaryDirectory(dir=site.parent, prefix=f".kda-{label}-") as tmp:
         root = Path(tmp)
         with tarfile.open(archive, mode="r:xz") as tar:
             tar.extractall(root, filter="data")
         tops = sorted(p.name for p in root.iterdir())
         if manifest["base_part"] is None:
             if package not in tops:
-                raise StageError(f"sgl-kernel: the archive holds {tops}, not {package}/", EXIT_CORRUPT)
+                raise StageError(f"{label}: the archive holds {tops}, not {package}/", EXIT_CORRUPT)
             dist = manifest["distribution"].replace("-", "_")
             for other in site.glob(f"{dist}-*.dist-info"):  # another version's metadata would be ambiguous
                 if other.name not in tops:
@@ -316,7 +338,7 @@ def install(archive: Path, manifest: dict, site: Path) -> None:
                 replace_path(root / top, site / top)
         else:
             if tops != [package]:
-                raise StageError(f"sgl-kernel: add-on part {manifest['part']} holds {tops}, not only {package}/",
+                raise StageError(f"{label}: add-on part {manifest['part']} holds {tops}, not only {package}/",
                                  EXIT_CORRUPT)
             files = sorted(p for p in (root / package).rglob("*") if p.is_file())
             records = [record_line(str(p.relative_to(root)), p.read_bytes()) for p in files]
@@ -332,14 +354,14 @@ def install(archive: Path, manifest: dict, site: Path) -> None:
 
 def install_from_stash(stash: Path, manifest: dict, site: Path) -> None:
     """Join the part's chunks from its stash, check the archive's sha256 and install it."""
-    joined = stash / (ARCHIVE + ".partial")
+    joined = stash / f"{manifest['name']}.tar.xz.partial"
     with joined.open("wb") as out:
         for c in manifest["chunks"]:
             with (stash / c["file"]).open("rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
     try:
         if sha256_of(joined) != manifest["archive_sha256"]:
-            raise StageError(f"sgl-kernel {manifest['version']} ({manifest['part']}): the joined archive does not "
+            raise StageError(f"{manifest['name']} {manifest['version']} ({manifest['part']}): the joined archive does not "
                              "match the manifest's sha256: stage again", EXIT_CORRUPT)
         install(joined, manifest, site)
     finally:
@@ -365,7 +387,7 @@ def collect(stage: Path, stash_root: Path, site: Path) -> tuple[int, str]:
     manifest = load_manifest(stage)
     chunks = manifest["chunks"]
     part, package = manifest["part"], manifest["package"]
-    label = f"sgl-kernel {manifest['version']} ({part})"
+    label = f"{manifest['name']} {manifest['version']} ({part})"
     if installed_sha(site, package, part) == manifest["archive_sha256"]:
         return 0, f"{label}: already installed in {site} from this stage"
     carried = [c for c in chunks if (stage / c["file"]).exists()]
@@ -392,13 +414,13 @@ def collect(stage: Path, stash_root: Path, site: Path) -> tuple[int, str]:
     if base is not None and installed_sha(site, package, base) != manifest["base_sha256"]:
         # Kept in the stash: the call that installs the base part installs this one after it.
         return EXIT_MISSING, (f"{label}: all {len(chunks)} chunks are on this box; it goes in over part {base} "
-                              "of the same stage, not installed yet: carry .gpu-stage-d1 (docs/gpu-box.md)")
+                              f"of the same stage, not installed yet: carry .gpu-stage-{manifest['letter']}1 (docs/gpu-box.md)")
     install_from_stash(stash, manifest, site)
     lines = [f"{label}: installed in {site} from {len(chunks)} verified chunk(s)"]
     if base is None:
         for other_stash, other in waiting_addons(stash_root, manifest, site):
             install_from_stash(other_stash, other, site)
-            lines.append(f"sgl-kernel {other['version']} ({other['part']}): installed in {site} from "
+            lines.append(f"{other['name']} {other['version']} ({other['part']}): installed in {site} from "
                          f"{len(other['chunks'])} verified chunk(s) carried earlier")
     return 0, "\n".join(lines)
 
@@ -412,17 +434,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    pack = sub.add_parser("pack", help="trim, pack and split a wheel into chunk folders d1..dN")
+    pack = sub.add_parser("pack", help="trim, pack and split a wheel into chunk folders <letter>1..N")
     pack.add_argument("--wheel", required=True)
     pack.add_argument("--out", required=True, help="an empty folder: d1..dN go here")
     pack.add_argument("--cache", required=True, help="where each part's archive is kept for the next stage")
     pack.add_argument("--chunk-mb", type=float, required=True, help="the most MiB one folder may hold")
-    pack.add_argument("--package", default="sgl_kernel")
+    pack.add_argument("--package", default="sgl_kernel", help="the import package (its __init__.py must be there)")
     pack.add_argument("--distribution", default="sglang-kernel")
+    pack.add_argument("--name", default="sgl-kernel", help="the stage's name: archive, cache file and messages")
+    pack.add_argument("--letter", default="d", help="the chunk folders are .gpu-stage-<letter>1, 2, ...")
     pack.add_argument("--version", required=True)
     pack.add_argument("--keep-so", action="append", default=[], metavar="PART=PATTERN",
-                      help="shared objects to keep, by part; the first part named is the base")
-    collect_p = sub.add_parser("collect", help="on the box: stash this folder's chunk, install when a part is whole")
+                      help="shared objects to keep, by part; the first part named is the base (none: the whole "
+                           "wheel, one part)")
+    collect_p = sub.add_parser("collect", help="on the box: stash this folder's chunk, install when a part is "
+                               "whole")
     collect_p.add_argument("--stage", required=True)
     collect_p.add_argument("--stash", required=True)
     collect_p.add_argument("--site", required=True)
