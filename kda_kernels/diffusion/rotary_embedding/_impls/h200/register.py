@@ -13,6 +13,9 @@ the module that defines it, never from the facade the overlay rebinds), which al
   ``[B,H,S,D/2]`` of one shape, fp16/bf16/fp32, last stride 1 and non-negative strides; same device rules.
   Shape mismatches go to SGLang, which raises its ValueError.
 
+One exception to "everything else goes to SGLang": inputs whose last dim is not unit-stride. SGLang 0.5.23 accepts
+them and answers wrong (its kernels index the last dim as if it were dense); here they run on dense copies.
+
 Host path: the first call of a signature (shapes, strides, dtypes, devices, ``interleaved``) runs the checks
 above and launches through ``kernel[grid]``; its compiled launch is kept (``launch_cache.py``) and later calls
 of that signature skip the checks that the signature decides and Triton's dispatch: exact ``torch.Tensor``
@@ -99,8 +102,17 @@ def apply_rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     return _rotary_checked(x, cos, sin, interleaved, key)
 
 
+def _strided_last(*tensors: object) -> bool:
+    """Some tensor's last dim is not unit-stride: SGLang 0.5.23's Triton kernels assume it is and read the wrong
+    elements (the H200 overlay fuzz, 2026-11-25: max errors 3-12 on every ``/strided`` case, docs/notes.md)."""
+    return all(isinstance(t, torch.Tensor) for t in tensors) and any(
+        t.dim() > 0 and t.size(-1) > 1 and t.stride(-1) != 1 for t in tensors)  # type: ignore[union-attr]
+
+
 def _rotary_checked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
                     key: tuple[object, ...] | None) -> torch.Tensor:
+    if _strided_last(x, cos, sin):  # the right answer on dense copies, where SGLang's would be wrong
+        return _rotary_checked(x.contiguous(), cos.contiguous(), sin.contiguous(), interleaved, None)
     if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4) or x.dtype not in _X_DTYPES or x.stride(-1) != 1:
         return _sglang_rotary(x, cos, sin, interleaved)
     if x.dim() == 4:
@@ -141,6 +153,8 @@ def apply_ltx2_split_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.T
 
 def _ltx2_checked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   key: tuple[object, ...] | None) -> torch.Tensor:
+    if _strided_last(x, cos, sin):  # the right answer on dense copies, where SGLang's would be wrong
+        return _ltx2_checked(x.contiguous(), cos.contiguous(), sin.contiguous(), None)
     if not (isinstance(x, torch.Tensor) and isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor)) \
             or x.dim() != 3 or cos.dim() != 4 or sin.shape != cos.shape:
         return _sglang_ltx2(x, cos, sin)
