@@ -65,8 +65,11 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
         assert rec["status"] == "ok", rec
         assert json.loads(rec["config"]), rec  # built from SGLang's config class with the tiny overrides
         if row.cpu_forward:
-            # same inputs, overlay uninstalled vs installed: the CPU paths must agree bit for bit
-            assert rec["agree"] == 1 and rec["max_abs_err"] == 0.0, rec
+            # same inputs, overlay uninstalled vs installed: bit for bit, except where a promoted fast path runs
+            # in the Triton interpreter (the HunyuanVideo VAE's NDHWC GroupNorm): then the model-level criterion
+            assert rec["agree"] == 1, rec
+            assert rec["max_abs_err"] == 0.0 or (rec["row"].startswith("hunyuanvideo_vae")
+                                                 and rec["tolerance"].startswith("model-level")), rec
             assert rec["off_eager_ms"] > 0 and rec["on_eager_ms"] > 0 and rec["speedup"] > 0
             shares = json.loads(rec["shares_off"])
             assert abs(sum(shares.values()) - 1) < 1e-3 and rec["kernel_ms_off"] > 0
