@@ -83,7 +83,9 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
     assert "call site(s) in vaes.hunyuanvae" in rows["hunyuanvideo_vae_decode"]["overlay"]
     assert "call site(s) in upsampler.latent_upsampler" in rows["ltx2_latent_upsampler"]["overlay"]
     assert "conv" in json.loads(rows["hunyuanvideo_vae_decode"]["shares_off"])
-    assert rows["hunyuanvideo_vae_decode"]["tolerance"].startswith("atol=")
+    # the NDHWC GroupNorm of the VAE fast path is not bit-exact: the model-level criterion judged the row
+    assert rows["hunyuanvideo_vae_decode"]["tolerance"].startswith("model-level: max |on - fp32|")
+    assert rows["ltx2_latent_upsampler"]["tolerance"].startswith("atol=")
     # the table is the last thing printed; the ledger row carries the environment and the import versions
     assert r.stdout.strip().splitlines()[-1].startswith("ltx2_latent_upsampler")
     from kda_lab.e2e import ledger

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 SLUG = "h200_vae_hunyuan_causal_conv__multi_shape"
 HUNYUAN = "sglang.multimodal_gen.runtime.models.vaes.hunyuanvae"
+_DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                                 reason="CPU test: the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py "
@@ -31,7 +32,13 @@ def candidate():
     from kda_lab.e2e import runtime
     from kda_lab.task.schema import load_candidate, load_task
 
+    before = {k: os.environ.get(k) for k in _DIST_ENV}
     runtime.init_sglang("cpu")
+    for k, v in before.items():  # this process holds its rendezvous port: child processes must pick their own
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     mod = load_candidate(load_task(REPO / "kernels" / SLUG))
     return {name: importlib.import_module(f"{mod.__name__}.{name}") for name in ("fast_path", "gn_silu_cl")} | {
         "register": mod}
@@ -66,6 +73,24 @@ def test_the_gather_is_sglangs_upsample_cat_and_pad_bit_for_bit(candidate, shape
     if factors[0] > 1 and shape[2] > 1:  # a wrong time mapping (no frame repeated) must not pass
         wrong = candidate["fast_path"].padded_channels_last(xi, (1, 1, 1, 1, 2, 0), (1, factors[1], factors[2]))
         assert wrong.shape != ref.shape or not torch.equal(wrong, ref)
+
+
+@pytest.mark.parametrize("shape,pad", [((1, 3, 2, 7, 13), (1, 1, 1, 1, 2, 0)), ((2, 2, 3, 5, 1), (1, 1, 1, 1, 2, 0)),
+                                       ((1, 2, 1, 41, 99), (3, 0, 2, 5, 1, 2)), ((1, 1, 2, 9, 850), (1, 1, 1, 1, 2, 0))])
+@pytest.mark.parametrize("row_tiles", [False, True])
+def test_the_plain_pad_kernels_are_f_pad_bit_for_bit(candidate, monkeypatch, shape, pad, row_tiles):
+    # the plane kernel splits flat positions into rows with an fp32 reciprocal: widths 1..850 and planes that
+    # span several blocks must land on the right row; the row-tile kernel is its path for planes >= 2^23
+    pk = importlib.import_module(candidate["register"].__name__.rsplit(".", 1)[0] + ".pad_kernels")
+    if row_tiles:
+        monkeypatch.setattr(pk, "_PLANE_MAX", 1)
+    x = torch.randn(shape, dtype=torch.float16)
+    ref = F.pad(x, pad, mode="replicate")
+    out = torch.full_like(ref, float("nan"))
+    pk.launch_ncdhw(x, out, pad, **({} if row_tiles else {"block": 64}))
+    assert torch.equal(out, ref)
+    # a row split one column off (what an uncorrected reciprocal would give) must not pass this comparison
+    assert not torch.equal(torch.roll(out.flatten(), 1).view_as(ref), ref)
 
 
 def test_group_norm_silu_on_ndhwc_within_the_group_norm_tolerance(candidate):
@@ -156,7 +181,8 @@ after = hy.HunyuanVideoCausalConv3d.__dict__["forward"]
 print(json.dumps({{"st": st, "swapped": during is not before, "restored": after is before,
                   "back": sorted(back), "after": kda_kernels.status()["hunyuanvideo_vae_decoder"]["installed"]}}))
 """
-    env = {**os.environ, "KDA_FORCE_ARCH": "h200", "PYTHONPATH": str(REPO)}
+    env = {**{k: v for k, v in os.environ.items() if k not in _DIST_ENV}, "KDA_FORCE_ARCH": "h200",
+           "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -184,7 +210,8 @@ print(json.dumps({{"pending": st["pending_import"], "installed": st["installed"]
                   "after": [after["installed"], after["pending_import"], len(after["rebound"])], "patched": patched,
                   "restored": hy.HunyuanVideoCausalConv3d.forward.__qualname__}}))
 """
-    env = {**os.environ, "KDA_FORCE_ARCH": "h200", "PYTHONPATH": str(REPO)}
+    env = {**{k: v for k, v in os.environ.items() if k not in _DIST_ENV}, "KDA_FORCE_ARCH": "h200",
+           "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])

@@ -14,6 +14,14 @@ Each output element loads its clamped source, so edge rows and planes are read m
 the causal pad: 2 of every T' planes re-read plane 0); those re-reads are issued close together and hit L2,
 so DRAM traffic stays at the byte model.
 
+- ``_pad_ncdhw_planes`` (the plain pad): program = BLOCK flat positions of one output plane (b, c, t'); each
+  lane finds its row with an fp32 reciprocal (one correction step keeps it exact), so no lane is masked off.
+  The row-tile kernel it replaced (``_pad_ncdhw``, c003, still the path for planes of 2^23 elements or more)
+  padded each row's tile to a power of two: on the 258-, 130- and 82-wide output rows a third to a half of its
+  lanes were idle, and it reached sol 0.34-0.73 on the large rows; the plane kernel reaches 0.61-0.69 (H200,
+  dev/pad_sweep.py). Both issue scalar 2-byte loads and stores (a row of W' = W + 2 is never 16-byte aligned
+  on both sides at once), which is what keeps them under the copy bound's 0.9: the next step is 16-byte
+  stores of output-aligned vectors fed from a shared-memory copy of the source row (CUDA, not Triton).
 - ``_pad_ncdhw``: program = ROWS output rows (b, c, t', h') x BLOCK_W output columns; a row's loads are a
   contiguous run of one source row except at the two clamped edge columns; stores are contiguous along W'.
 - ``_pad_ndhwc``: program = one output row (b, t', h') x BLOCK_W columns x BLOCK_C channels: the tile is loaded
@@ -128,8 +136,10 @@ def launch_ncdhw(x, out, pad, block: int | None = None, num_warps: int | None = 
     sxb, sxc, sxt, sxh, sxw = x.stride()
     plane = Ho * Wo
     if plane < _PLANE_MAX and (H - 1) * sxh + (W - 1) * sxw < 2**31 and B * C * To < 2**31:
-        block = block or _pow2_at_most(plane, 4096)
-        num_warps = num_warps or max(1, min(8, block // 512))
+        # dev/pad_sweep.py on the H200 (2026-11-27, 7 rows of 205 MB to 7.1 GB): 2048 elements and 4 warps per
+        # program was the best of six launch shapes, sol geomean 0.655 (1024/4: 0.642, 4096/8: 0.605, 8192/8: 0.508)
+        block = block or _pow2_at_most(plane, 2048)
+        num_warps = num_warps or 4
         grid = (B * C * To, triton.cdiv(plane, block))
         _pad_ncdhw_planes[grid](x, out, C, T, H, W, To, Ho, Wo, 1.0 / Wo, sxb, sxc, sxt, sxh, sxw, tl_, hl, wl,
                                 BLOCK=block, num_warps=num_warps)
