@@ -12,9 +12,9 @@ FAST_PATHS = ("hunyuanvideo_vae_decoder",)  # module-level: kda_kernels.fast_pat
 # hunyuanvideo_vae_decoder: patches sglang.multimodal_gen.runtime.models.vaes.hunyuanvae
 KDA_OPTIMIZED_hunyuanvideo_vae_decoder = True
 KDA_TASK_hunyuanvideo_vae_decoder: dict[str, str] = {"h200": "h200_vae_hunyuan_causal_conv__multi_shape"}
-KDA_COMMIT_hunyuanvideo_vae_decoder: dict[str, str] = {"h200": "414459458dd8a2af92b83a1dbb4c0a35d096e065"}
-KDA_DATE_hunyuanvideo_vae_decoder: dict[str, str] = {"h200": "2026-11-25"}
-KDA_SPEEDUP_hunyuanvideo_vae_decoder: dict[str, float] = {"h200": 4.4543}
+KDA_COMMIT_hunyuanvideo_vae_decoder: dict[str, str] = {"h200": "2c0112e338698ffd89091e180e3affa54119d83f"}
+KDA_DATE_hunyuanvideo_vae_decoder: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_hunyuanvideo_vae_decoder: dict[str, float] = {"h200": 4.9739}
 KDA_ARCHES_hunyuanvideo_vae_decoder: tuple[str, ...] = ("h200",)
 
 

@@ -14,6 +14,14 @@ Each output element loads its clamped source, so edge rows and planes are read m
 the causal pad: 2 of every T' planes re-read plane 0); those re-reads are issued close together and hit L2,
 so DRAM traffic stays at the byte model.
 
+- ``_pad_ncdhw_planes`` (the plain pad): program = BLOCK flat positions of one output plane (b, c, t'); each
+  lane finds its row with an fp32 reciprocal (one correction step keeps it exact), so no lane is masked off.
+  The row-tile kernel it replaced (``_pad_ncdhw``, c003, still the path for planes of 2^23 elements or more)
+  padded each row's tile to a power of two: on the 258-, 130- and 82-wide output rows a third to a half of its
+  lanes were idle, and it reached sol 0.34-0.73 on the large rows; the plane kernel reaches 0.61-0.69 (H200,
+  dev/pad_sweep.py). Both issue scalar 2-byte loads and stores (a row of W' = W + 2 is never 16-byte aligned
+  on both sides at once), which is what keeps them under the copy bound's 0.9: the next step is 16-byte
+  stores of output-aligned vectors fed from a shared-memory copy of the source row (CUDA, not Triton).
 - ``_pad_ncdhw``: program = ROWS output rows (b, c, t', h') x BLOCK_W output columns; a row's loads are a
   contiguous run of one source row except at the two clamped edge columns; stores are contiguous along W'.
 - ``_pad_ndhwc``: program = one output row (b, t', h') x BLOCK_W columns x BLOCK_C channels: the tile is loaded
@@ -53,6 +61,33 @@ def _pad_ncdhw(x_ptr, out_ptr, n_rows, C, T, H, W, To, Ho, Wo, sxb, sxc, sxt, sx
 
 
 @triton.jit
+def _pad_ncdhw_planes(x_ptr, out_ptr, C, T, H, W, To, Ho, Wo, inv_wo, sxb, sxc, sxt, sxh, sxw,
+                      pad_t, pad_h, pad_w, BLOCK: tl.constexpr):
+    # One output plane (b, c, t') per axis-0 index, BLOCK flat positions of it per program: every lane holds a
+    # real output element (no lanes masked off by a power-of-two row width, which left 17-50 % of the old row
+    # tiles idle on the 850-, 258- and 130-wide rows). A plane has fewer than 2^23 elements (launcher), so the
+    # in-plane offsets are int32 and the row is found with an fp32 reciprocal plus one correction step
+    # instead of an integer division per element.
+    plane = tl.program_id(0)
+    to = plane % To
+    bc = plane // To
+    c = bc % C
+    b = bc // C
+    ts = tl.minimum(tl.maximum(to - pad_t, 0), T - 1)
+    src_plane = b.to(tl.int64) * sxb + c.to(tl.int64) * sxc + ts.to(tl.int64) * sxt
+    o = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ho = ((o.to(tl.float32) + 0.5) * inv_wo).to(tl.int32)
+    wo = o - ho * Wo
+    ho = tl.where(wo < 0, ho - 1, tl.where(wo >= Wo, ho + 1, ho))
+    wo = o - ho * Wo
+    hs = tl.minimum(tl.maximum(ho - pad_h, 0), H - 1)
+    ws = tl.minimum(tl.maximum(wo - pad_w, 0), W - 1)
+    mask = o < Ho * Wo
+    v = tl.load(x_ptr + src_plane + (hs * sxh + ws * sxw), mask=mask)
+    tl.store(out_ptr + plane.to(tl.int64) * Ho * Wo + o, v, mask=mask)
+
+
+@triton.jit
 def _pad_ndhwc(x_ptr, out_ptr, C, T, H, W, To, Ho, Wo, sxb, sxc, sxt, sxh, sxw,
                pad_t, pad_h, pad_w, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
                FT: tl.constexpr = 1, FH: tl.constexpr = 1, FW: tl.constexpr = 1):
@@ -89,10 +124,26 @@ def _pow2_at_most(n: int, cap: int) -> int:
     return min(cap, triton.next_power_of_2(max(n, 1)))
 
 
-def launch_ncdhw(x, out, pad) -> None:
+# The plane kernel finds rows with an fp32 reciprocal: exact (after its correction step) while a plane has
+# fewer than 2^23 elements; larger planes, or source offsets past int32, take the row-tile kernel.
+_PLANE_MAX = 1 << 23
+
+
+def launch_ncdhw(x, out, pad, block: int | None = None, num_warps: int | None = None) -> None:
     wl, _, hl, _, tl_, _ = pad
     B, C, T, H, W = x.shape
     _, _, To, Ho, Wo = out.shape
+    sxb, sxc, sxt, sxh, sxw = x.stride()
+    plane = Ho * Wo
+    if plane < _PLANE_MAX and (H - 1) * sxh + (W - 1) * sxw < 2**31 and B * C * To < 2**31:
+        # dev/pad_sweep.py on the H200 (2026-11-27, 7 rows of 205 MB to 7.1 GB): 2048 elements and 4 warps per
+        # program was the best of six launch shapes, sol geomean 0.655 (1024/4: 0.642, 4096/8: 0.605, 8192/8: 0.508)
+        block = block or _pow2_at_most(plane, 2048)
+        num_warps = num_warps or 4
+        grid = (B * C * To, triton.cdiv(plane, block))
+        _pad_ncdhw_planes[grid](x, out, C, T, H, W, To, Ho, Wo, 1.0 / Wo, sxb, sxc, sxt, sxh, sxw, tl_, hl, wl,
+                                BLOCK=block, num_warps=num_warps)
+        return
     n_rows = B * C * To * Ho
     block_w = _pow2_at_most(Wo, 512)
     rows = max(1, 4096 // block_w)  # ~4 K elements per program
