@@ -165,5 +165,30 @@ def test_report_shows_peers_flags_rows_a_peer_wins_and_writes_docs_peers(tmp_pat
     assert "docs/peers.md" in report.check(root)
 
 
+def test_a_run_where_every_peer_was_unavailable_does_not_hide_one_that_measured_them(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    measured = bench_rows(task_dir, run_id="r-base", mode="baseline-only", cand="c000", factors=1.0,
+                          ts="2026-11-25T09:00:00Z")
+    for r in measured:
+        r.update(peers=peer_json(r["baseline_us"] / 1.25), best_peer="quack", best_peer_us=r["baseline_us"] / 1.25,
+                 speedup_vs_best_peer=1 / 1.25)
+    ledger.append_benchmark_rows(task_dir, measured)
+    later = bench_rows(task_dir, run_id="r-c001", mode="bench", cand="c001", factors=1.3, ts="2026-11-25T10:00:00Z")
+    absent = json.dumps({"quack": {"verdict": "unavailable", "version": "0.6.5", "why": "not installed"}})
+    for r in later:
+        r.update(peers=absent)
+    ledger.append_benchmark_rows(task_dir, later)
+    (t,) = report.collect(root)
+    assert t.headline()[0].run_id == "r-c001" and not t.headline()[0].peers_checked
+    assert t.peer_run().run_id == "r-base"
+    assert t.peer_run().peer_summary("quack")["timed"] == len(measured)
+    # with no run that measured a peer, the run naming them is still shown (its verdicts say why none ran)
+    root = lab_root(tmp_path / "only-unavailable", real_ledgers=False)
+    ledger.append_benchmark_rows(root / "kernels" / FSS, later)
+    (t,) = report.collect(root)
+    assert t.peer_run().run_id == "r-c001" and t.peer_run().peer_summary("quack")["not_applied"] == len(later)
+
+
 def test_the_repo_peers_doc_is_current() -> None:
     assert (REPO / "docs" / "peers.md").read_text() == report.markdown.peers_doc(report.collect(REPO))

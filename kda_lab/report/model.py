@@ -56,6 +56,11 @@ class Run:
     def peer_names(self) -> list[str]:
         return sorted({name for r in self.rows for name in r["peers"]})
 
+    @property
+    def peers_checked(self) -> bool:
+        """Whether any peer ran in this run (timed, or found wrong by the oracle), not only n/a or unavailable."""
+        return any(v.get("verdict") in ("ok", "wrong") for r in self.rows for v in r["peers"].values() if v)
+
     def peer_summary(self, name: str) -> dict[str, Any]:
         """One peer over this run's production rows: SGLang time / peer time (geomean, worst), rows it was
         timed on, rows where it was wrong, rows it does not apply to (or was not installed for)."""
@@ -141,13 +146,16 @@ class TaskReport:
         return None, ""
 
     def peer_run(self) -> Run | None:
-        """The run whose peer columns are shown: the headline run when it timed peers, else the latest run
-        that did (a baseline-only run times SGLang beside the peers)."""
+        """The run whose peer columns are shown: the headline run when a peer ran in it, else the latest run in
+        which one did (a baseline-only run times SGLang beside the peers), else the latest run that names peers.
+        A box call without a peer's staged package records it as unavailable on every row: such a headline run
+        must not hide an earlier run that measured the peer."""
         head, _ = self.headline()
-        if head is not None and head.peer_names:
+        if head is not None and head.peers_checked:
             return head
         with_peers = [r for r in self.runs if r.mode != "aa" and r.peer_names]
-        return with_peers[-1] if with_peers else None
+        checked = [r for r in with_peers if r.peers_checked]
+        return (checked or with_peers or [None])[-1]
 
     def baseline_run(self) -> Run | None:
         """The run whose SGLang numbers are shown: the headline run, else the latest GPU run."""
