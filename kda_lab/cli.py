@@ -34,18 +34,6 @@ def evidence_runs(task: Task) -> dict[str, list[dict[str, str]]]:
             if bench_row_counts(rows[0], task.arch)}
 
 
-def best_speedup(task: Task) -> tuple[float | None, str]:
-    """Best geomean over bench-mode runs in the ledger (None if no candidate was benchmarked)."""
-    best: tuple[float | None, str] = (None, "")
-    for run_id, rows in evidence_runs(task).items():
-        if rows[0]["mode"] != "bench":
-            continue
-        g = ledger.summarize_run(rows)["geomean"]
-        if g is not None and (best[0] is None or g > best[0]):
-            best = (g, run_id)
-    return best
-
-
 def latest_row_numbers(task: Task) -> dict[str, dict[str, str]]:
     """Per row, the most recent ledger row that measured it (any mode)."""
     latest: dict[str, dict[str, str]] = {}
@@ -60,19 +48,21 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if not dirs:
         print("no tasks under kernels/")
         return 0
-    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'best':>7}  vs best peer")
+    # the geomean column is the report's headline run (the promoted candidate's evidence, else the best
+    # benchmarked run), the same number as README's "best geomean" column
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'geomean':>7}  vs best peer")
     bad = 0
     for d in dirs:
         try:
             t = load_task(d)
-            best, _ = best_speedup(t)
             tr = task_report(t)
+            head, _ = tr.headline()
         except (TaskError, ledger.LedgerError) as e:
             print(f"{d.name:<52} INVALID: {e}")
             bad += 1
             continue
         print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<28} "
-              f"{(f'{best:.2f}x' if best else '-'):>7}  {vs_best_peer_cell(tr)}")
+              f"{(f'{head.geomean:.2f}x' if head and head.geomean else '-'):>7}  {vs_best_peer_cell(tr)}")
         if args.rows:
             latest = latest_row_numbers(t)
             for w in t.workloads:
