@@ -319,3 +319,25 @@ def test_real_h200_capture_parses():
     assert k.duration_us == pytest.approx(39.9, abs=0.1)
     assert k.get(ncu.DRAM_PCT) == pytest.approx(67.08, abs=0.01)
     assert "DRAM at 0%" not in ncu.suggest([k])
+
+
+def test_the_digest_quotes_only_ledger_times_from_the_tasks_own_gpu(tmp_path: Path) -> None:
+    """An H100 (capability 9.0 like the H200) and a CPU host write rows too; the digest beside an H200 profile
+    must quote the H200's times, even when the other rows are newer."""
+    from kda_lab import ledger
+    from tests.test_report import bench_rows, lab_root
+
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-h200", mode="bench", cand="c001",
+                                                      factors=1.1, ts="2026-11-21T09:00:00Z"))
+    h200 = {r["row"]: r for r in ledger.read_benchmark_rows(task_dir)}
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-h100", mode="bench", cand="c002",
+                                                      factors=2.0, ts="2026-11-21T10:00:00Z",
+                                                      gpu="NVIDIA H100 80GB HBM3", arch="h100"))
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-cpu", mode="bench", cand="c003",
+                                                      factors=5.0, ts="2026-11-21T11:00:00Z", arch="cpu", gpu="cpu"))
+    row = next(iter(h200))
+    got = profile._ledger_medians(task_dir, row, "h200")
+    assert got == {"baseline": float(h200[row]["baseline_us"]), "candidate c001": float(h200[row]["candidate_us"])}
+    assert profile._ledger_medians(task_dir, row, "b200") == {}

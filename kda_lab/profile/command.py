@@ -97,13 +97,16 @@ def check_gpu(task: Any, allow_other_arch: bool = False) -> str:
     return torch.cuda.get_device_name(0)
 
 
-def _ledger_medians(task_path: Path, row: str) -> dict[str, float]:
+def _ledger_medians(task_path: Path, row: str, arch: str) -> dict[str, float]:
+    """The row's latest ledger times from the task's own GPU: an H100's rows (same capability as the H200)
+    and CPU rows are not this task's numbers, so the digest never quotes them beside the profile."""
     from kda_lab import ledger
+    from kda_lab.evidence import bench_row_counts
 
     latest: dict[str, str] | None = None
     for rows in ledger.runs(ledger.read_benchmark_rows(task_path)).values():
         for r in rows:
-            if r["row"] == row and r["gpu_name"] != "cpu":
+            if r["row"] == row and bench_row_counts(r, arch):
                 latest = r
     out: dict[str, float] = {}
     if latest:
@@ -137,7 +140,7 @@ def build_digest(task: Any, row: str, csv_texts: dict[str, str], *, seed: int | 
     info = ncu.DigestInput(
         task=task.slug, row=row, function=w.fn, model=w.model, shape=w.shape_signature(),
         model_bytes=float(spec.byte_model.bytes(w)), seed=seed, warmup=warmup, captured=captured,
-        candidate=candidate, ledger_us=_ledger_medians(task.path, row), files=files or {},
+        candidate=candidate, ledger_us=_ledger_medians(task.path, row, task.arch), files=files or {},
         command=f"kda profile {task.slug} --row {row} --impl {'both' if len(csv_texts) > 1 else next(iter(csv_texts))}",
     )
     return ncu.render_digest(info, kernels)
