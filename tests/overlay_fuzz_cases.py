@@ -34,9 +34,12 @@ def family_of(fn: str) -> str:
     return target(fn).family
 
 
-def tolerances(family: str) -> dict[str, tuple[float, float]]:
-    """The family's task tolerances (the first task folder of that family), else the GroupNorm task's."""
-    for toml in sorted((REPO / "kernels").glob(f"*_diffusion_{family}__*/task.toml")):
+def tolerances(family: str, arch: str = "h200") -> dict[str, tuple[float, float]]:
+    """The family's task tolerances: the task folder of this arch first (the fuzz runs on that GPU), then any
+    other arch's task of the family, else the defaults."""
+    tomls = sorted((REPO / "kernels").glob(f"*_diffusion_{family}__*/task.toml"),
+                   key=lambda p: (not p.parent.name.startswith(f"{arch}_"), p.parent.name))
+    for toml in tomls:
         tol = tomllib.loads(toml.read_text()).get("tolerances", {})
         if tol:
             out = {k: (float(v["atol"]), float(v["rtol"])) for k, v in tol.items()}

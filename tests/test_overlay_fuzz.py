@@ -53,3 +53,14 @@ def test_group_norm_layout_fuzz_in_the_interpreter():
     print("SGLang wrong (interpreter):", wrong)
     assert "float32/affine_strided" in wrong and "float32/affine_broadcast" in wrong, wrong
     assert all(row["overlay"].get("ok") for row in r["rows"] if row["case"] in wrong)
+
+
+def test_the_fuzz_takes_tolerances_from_the_task_of_the_gpus_arch():
+    sys.path.insert(0, str(Path(__file__).parent))
+    import overlay_fuzz_cases as fz
+
+    for arch in ("h200", "b200"):
+        tol = fz.tolerances("group_norm_silu", arch)
+        assert tol["source"] == f"kernels/{arch}_diffusion_group_norm_silu__multi_shape/task.toml", tol
+        assert tol["float16"] == (2e-3, 2e-3)
+    assert fz.tolerances("replicate_pad3d_none")["source"].startswith("default")
