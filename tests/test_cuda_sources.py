@@ -1,4 +1,5 @@
-"""Every CUDA source (``*.cu``) in a task's ``src/`` compiles with nvcc for the task's architecture.
+"""Every CUDA source (``*.cu``) in a task's ``src/`` (its candidate) and ``dev/`` (variants its dev scripts build
+on the GPU box) compiles with nvcc for the task's architecture.
 
 ``kernels/h200_*`` sources build for ``sm_90a``, ``kernels/b200_*`` for ``sm_100a``, with the command the task
 cards give: ``nvcc -std=c++17 -O3 -gencode=arch=compute_XXa,code=sm_XXa -c file.cu`` (plus include paths: the
@@ -26,12 +27,12 @@ NVCC_TIMEOUT_S = 600
 
 
 def task_cuda_sources(kernels: Path = KERNELS) -> list[Path]:
-    """``kernels/<arch>_*/src/**/*.cu`` for the known arches, build outputs and caches excluded."""
+    """``kernels/<arch>_*/{src,dev}/**/*.cu`` for the known arches, build outputs and caches excluded."""
     found = []
     for task in sorted(p for p in kernels.glob("*") if p.is_dir()):
         if task.name.split("_", 1)[0] not in ARCH_GENCODE:
             continue
-        for cu in sorted((task / "src").rglob("*.cu")):
+        for cu in sorted((task / "src").rglob("*.cu")) + sorted((task / "dev").rglob("*.cu")):
             if not SKIP_PARTS & set(cu.relative_to(task).parts):
                 found.append(cu)
     return found
@@ -139,13 +140,13 @@ def test_compile_check_rejects_a_broken_kernel(arch: str, tmp_path: Path) -> Non
 
 def test_discovery_maps_arches_and_skips_build_outputs(tmp_path: Path) -> None:
     for rel in ("h200_a__x/src/k.cu", "b200_b__y/src/sub/k2.cu", "h200_a__x/src/build/gen.cu",
-                "h200_a__x/docs/notes.cu", "other_c/src/k.cu"):
+                "h200_a__x/docs/notes.cu", "other_c/src/k.cu", "h200_a__x/dev/variant/v.cu"):
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")
     found = [p.relative_to(tmp_path).as_posix() for p in task_cuda_sources(tmp_path)]
-    assert found == ["b200_b__y/src/sub/k2.cu", "h200_a__x/src/k.cu"]
-    assert [arch_of(tmp_path / f) for f in found] == ["b200", "h200"]
+    assert found == ["b200_b__y/src/sub/k2.cu", "h200_a__x/src/k.cu", "h200_a__x/dev/variant/v.cu"]
+    assert [arch_of(tmp_path / f) for f in found] == ["b200", "h200", "h200"]
 
 
 def test_missing_nvcc_fails_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,11 @@
 """Dev sweep on the H200 (not evidence: `kda bench` is): the plain NCDHW pad's launch variants against F.pad and a
 same-size copy on the task's largest rows, to pick the launcher's defaults before a ledger run.
 
-    python3 kernels/h200_vae_hunyuan_causal_conv__multi_shape/dev/pad_sweep.py [--out DIR]
+    python3 kernels/h200_vae_hunyuan_causal_conv__multi_shape/dev/pad_sweep.py [--out DIR] [--cuda]
+
+--cuda also builds dev/pad_cuda/ (a warp per output row, 16-byte loads into shared memory and 16-byte stores
+aligned to the output; torch.utils.cpp_extension with nvcc, sm_90a, -O3, no fast math), checks it bit for bit
+against F.pad on odd shapes in fp16, bf16 and fp32 first, and times it as one more variant.
 
 Each variant's output is compared with F.pad bit for bit before it is timed. Times are triton.testing.do_bench
 medians; every row moves >= 200 MB, several times the 60 MB L2, so no input rotation is needed.
@@ -35,9 +39,12 @@ def _pad_kernels():
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--cuda", action="store_true", help="also build and time dev/pad_cuda")
     args = ap.parse_args(argv)
     pk = _pad_kernels()
-    variants = {"rows (c003)": None}
+    variants: dict[str, object] = {"rows (c003)": None}
+    if args.cuda:
+        variants["cuda rows"] = _cuda_pad()
     for block, warps in ((1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8)):
         variants[f"planes b{block} w{warps}"] = (block, warps)
     results = [_sweep_row(pk, shape, variants) for shape in ROWS]
@@ -72,6 +79,8 @@ def _sweep_row(pk, shape, variants) -> dict:
         def run(v=v, out=out):
             if v is None:
                 _rows(pk, x, out)
+            elif callable(v):
+                v(x, out, PAD)
             else:
                 pk.launch_ncdhw(x, out, PAD, block=v[0], num_warps=v[1])
         run()
@@ -83,6 +92,32 @@ def _sweep_row(pk, shape, variants) -> dict:
         row["variants"][name] = {"us": ms * 1e3, "sol": copy_ms / ms, "tbps": nbytes / ms / 1e9}
         del out
     return row
+
+
+def _cuda_pad():
+    """Build dev/pad_cuda and check it on shapes that take every path (unaligned rows, head/tail, 1-wide)."""
+    from torch.utils.cpp_extension import load
+
+    src = HERE / "pad_cuda"
+    ext = load(name="kda_pad_rows_dev", sources=[str(src / "pad_rows.cu"), str(src / "pad_rows_binding.cpp")],
+               extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"], extra_cflags=["-O3"],
+               verbose=False)
+
+    def pad(x, out, p):
+        ext.pad_rows(x, out, p[0], p[2], p[4])
+
+    for shape, p, dt in [((1, 3, 2, 7, 13), (1, 1, 1, 1, 2, 0), torch.float16),
+                         ((2, 2, 3, 5, 1), (1, 1, 1, 1, 2, 0), torch.bfloat16),
+                         ((1, 2, 1, 41, 99), (3, 0, 2, 5, 1, 2), torch.float32),
+                         ((1, 4, 3, 9, 212), (1, 1, 1, 1, 2, 0), torch.float16),
+                         ((1, 4, 3, 9, 848), (1, 1, 1, 1, 2, 0), torch.bfloat16)]:
+        x = torch.randn(shape, device="cuda").to(dt)
+        ref = F.pad(x, p, mode="replicate")
+        out = torch.full_like(ref, float("nan"))
+        pad(x, out, p)
+        torch.cuda.synchronize()
+        assert torch.equal(out, ref), f"dev/pad_cuda wrong on {shape} {p} {dt}"
+    return pad
 
 
 def _rows(pk, x, out):
