@@ -395,3 +395,21 @@ def test_h100_rows_are_not_results_for_an_h200_task(tmp_path: Path) -> None:
 
     task = load_task(task_dir)
     assert {r["run_id"] for r in latest_row_numbers(task).values()} == {"r-h200"}
+
+
+def test_a_later_promotion_supersedes_the_earlier_one(tmp_path: Path) -> None:
+    """The exporter keeps one copy per task and arch: after c003 is promoted over c002, the status names c003
+    alone and the lineage shows c002 as superseded (the ledger rows stay as they were)."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    synthetic_history(task_dir)
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-c004", mode="bench", cand="c004",
+                                                      factors=1.25, ts="2026-11-24T09:30:00Z"))
+    solution(task_dir, "c004", "promoted", "promote", "2026-11-24T10:00:00Z", evidence={"run_id": "r-c004"})
+    t = task_report(root)
+    assert t.status == "promoted c004"
+    status = {c.id: c.status for c in t.lineage}
+    assert status["c002"] == "superseded" and status["c004"] == "promoted"
+    head, kind = t.headline()
+    assert (head.run_id, kind) == ("r-c004", "promoted")
+    assert [r["status"] for r in ledger.read_solutions(task_dir) if r["id"] == "c002"][-1] == "promoted"

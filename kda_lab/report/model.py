@@ -259,6 +259,10 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
         if s.get("event") == "promote":
             ev = s.get("evidence") or {}
             c.promote_run = ev.get("run_id") if isinstance(ev, dict) else None
+            # one export per task and arch: promoting this candidate replaced whichever was promoted before
+            for other in lineage.values():
+                if other.id != cid and other.status == "promoted":
+                    other.status = "superseded"
     for r in runs:
         if r.mode != "bench":
             continue
