@@ -423,6 +423,16 @@ if [[ ${KDA_NO_VENV:-0} != 1 && -d $worktree/kda_lab && -f $worktree/pyproject.t
   printf '#!%s\nimport sys\nfrom kda_lab.cli import main\nsys.exit(main())\n' "$worktree/.venv/bin/python" \
     >"$worktree/.venv/bin/kda"
   chmod +x "$worktree/.venv/bin/kda"
+  # The README's test command (scripts/test.sh) runs .venv/bin/ruff, .venv/bin/shellcheck and pytest: the linters
+  # are standalone executables, linked from KDA_PYTHON's environment; pytest runs under the worktree's python
+  # (a copy of that environment's pytest script would import the main clone's lab).
+  deps_bin=$(dirname "$kda_python")
+  for tool in ruff shellcheck; do
+    if [[ -x $deps_bin/$tool ]]; then ln -s "$(cd "$deps_bin" && pwd)/$tool" "$worktree/.venv/bin/$tool"; fi
+  done
+  printf '#!%s\nimport sys\nimport pytest\nsys.exit(pytest.console_main())\n' "$worktree/.venv/bin/python" \
+    >"$worktree/.venv/bin/pytest"
+  chmod +x "$worktree/.venv/bin/pytest"
   if ! validate_out=$(cd "$worktree" && .venv/bin/kda validate "$slug" 2>&1); then
     die "kda validate $slug fails in the new worktree:" "$validate_out" \
       "fix: make the task valid on the base ($base_ref) and commit it"

@@ -86,9 +86,20 @@ def test_launched_worktree_runs_its_own_lab(repo: Path) -> None:
     c = subprocess.run([".venv/bin/kda", "check", FSS, "--interpret", "--no-record", "--dtypes", "float32",
                         "--seeds", "1"], cwd=wt, env=run_env, capture_output=True, text=True, timeout=600)
     assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-3000:]
-    assert "test_tail_bc_modulation [float32] seed 0: ok" in c.stdout
+    assert "test_ln_select01_tail_affine [float32] seed 0: ok" in c.stdout
     assert "CPU interpreter verdict PASSED" in c.stdout
     assert f"PATH={wt.resolve()}/.venv/bin:$PATH" in r.stdout or f"PATH={wt}/.venv/bin:$PATH" in r.stdout
+    # the README's test command's tools: the linters, and pytest collecting the worktree's own tests
+    for tool in ("ruff", "shellcheck"):
+        t = subprocess.run([f".venv/bin/{tool}", "--version"], cwd=wt, env=run_env, capture_output=True, text=True)
+        assert t.returncode == 0, (tool, t.stderr)
+    marker = wt / "tests" / "test_worktree_marker.py"
+    marker.write_text("def test_marker():\n    import kda_lab, pathlib\n"
+                      f"    assert pathlib.Path(kda_lab.__file__).resolve().parent == pathlib.Path({str(wt.resolve() / 'kda_lab')!r})\n")
+    p = subprocess.run([".venv/bin/pytest", "-q", "-p", "no:cacheprovider", str(marker)], cwd=wt, env=run_env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    marker.unlink()
 
 
 def kda_commands(text: str, slug: str) -> list[str]:
