@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch_cache import CachedLaunch, launch_and_keep
+from kda_kernels.launch_cache import CachedLaunch, launch_and_keep
 
 NUM_WARPS = 8  # SGLang's: the reduction tree depends on it
 

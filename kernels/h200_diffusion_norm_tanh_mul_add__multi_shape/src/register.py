@@ -10,7 +10,7 @@ elements, every pointer 16-byte aligned, every offset within int32. Everything e
 or 3, odd strides, misaligned views) also goes to SGLang's function, so it is SGLang's answer by construction.
 
 Host path: the first call of a signature (shapes, strides, dtypes, devices, the current device, eps) runs the
-checks and launches through ``kernel[grid]``; its compiled launch is kept (``launch_cache.py``) and later calls of
+checks and launches through ``kernel[grid]``; its compiled launch is kept (``kda_kernels.launch_cache``) and later calls of
 that signature skip the checks the signature decides and Triton's dispatch: exact ``torch.Tensor`` operands,
 16-byte aligned, not under ``torch.compile`` tracing (checked on every call; anything else takes the checked
 path). Importing this module builds nothing and needs no GPU; Triton compiles on the first call.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
 
 from .bf16_rmsnorm import launch_scale, launch_tanh_residual
-from .launch_cache import LaunchCache, aligned16, current_device
 
 MAX_HIDDEN_SIZE = 8192  # SGLang's native_bf16_rmsnorm_triton.MAX_HIDDEN_SIZE
 INT32_LIMIT = 2**31 - 1

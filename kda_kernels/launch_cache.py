@@ -10,6 +10,10 @@ calls hand the C launcher exactly what ``JITFunction.run`` would: grid, stream, 
 launch metadata and hooks, then every parameter in signature order (tensors first, then ints and constexprs).
 
 Nothing is cached under the Triton interpreter (``kernel[grid]`` returns no CompiledKernel there).
+
+Shared by the Triton candidates (``from kda_kernels.launch_cache import ...``), so their exported copies use the
+overlay's one copy; it imports Triton, so ``import kda_kernels`` itself never loads it. The H200 rotary task's
+c004 carries an older copy in its own ``src/`` (promoted with that source hash; its next candidate imports this).
 """
 
 from __future__ import annotations
