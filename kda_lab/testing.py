@@ -52,7 +52,10 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
             results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
                                 {"baseline": interpretable(module, fn), "candidate": cand.exports[w.fn]}, seed=1,
                                 device="cpu", installed=cand.exports)
-        assert all(r.ok for r in results), "\n".join(r.describe() for r in results)
+        # Rows tagged 'no_cpu_baseline' (SGLang's kernel is JIT CUDA: it raises on CPU) check the candidate only,
+        # as `kda check --interpret` does for every row.
+        checked = [r for r in results if r.impl == "candidate" or "no_cpu_baseline" not in w.tags]
+        assert all(r.ok for r in checked), "\n".join(r.describe() for r in checked)
 
     @pytest.mark.gpu
     @pytest.mark.parametrize("row", [w.name for w in task.workloads])

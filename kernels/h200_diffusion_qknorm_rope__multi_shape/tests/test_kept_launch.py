@@ -1,0 +1,120 @@
+"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+
+Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline and swaps
+Triton's driver for a stand-in whose launcher records its arguments instead of launching (the pattern of the
+rotary task's test). Each signature is called twice: the first call goes through ``kernel[grid]`` (Triton's
+dispatch), the second through the kept launch; grid, stream, function, metadata, hooks and arguments must agree.
+A misaligned q (the kept binary assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TASK_DIR = Path(__file__).resolve().parents[1]
+
+
+def _child() -> None:
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    from kda_lab.task import load_task
+    from kda_lab.task.schema import load_candidate
+
+    launches: list[dict[str, Any]] = []
+    dispatches = [0]
+
+    def describe(a: Any) -> Any:
+        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
+
+    class Utils:
+        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
+            return 1, 7, 64, 0, 1024
+
+        def get_device_properties(self, device: int) -> dict[str, int]:
+            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
+
+    class StandIn:
+        utils = Utils()
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 1234
+
+        def launcher_cls(self, src: Any, metadata: Any) -> Any:
+            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
+                       enter: Any, exit_: Any, *args: Any) -> None:
+                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
+                                 "packed": repr(packed), "hooks": [repr(type(enter)), repr(type(exit_))],
+                                 "args": [describe(a) for a in args]})
+            return record
+
+    driver.set_active(StandIn())
+    real_run = JITFunction.run
+
+    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        dispatches[0] += 1
+        return real_run(self, *args, **kwargs)
+
+    JITFunction.run = counting_run
+    reg = load_candidate(load_task(TASK_DIR))
+    reg._runs_here = lambda *t: True
+
+    def signature_on_cpu(*tensors_and_extra: Any) -> Any:
+        tensors, extra = tensors_and_extra[:6], tensors_and_extra[6:]
+        return (*((t.shape, t.stride(), t.dtype) for t in tensors), *extra)
+
+    reg._signature = signature_on_cpu
+    torch.set_grad_enabled(False)
+    buf = torch.randn(8 + 5 * 3 * 24 * 128, dtype=torch.bfloat16)
+    qkv = buf[:-8].view(5, 3 * 24 * 128)
+    q, k = qkv[:, :3072].view(5, 24, 128), qkv[:, 3072:6144].view(5, 24, 128)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    cache = torch.rand(5, 128)
+    pos = torch.arange(5)
+    report: dict[str, Any] = {}
+    for _ in range(2):
+        reg.fused_inplace_qknorm_rope(q, k, w, w, cache, pos, is_neox=False, eps=1e-6)
+    report["launches"] = launches[:]
+    report["inputs"] = [describe(a) for a in (q, k, w, w, cache, pos)]
+    report["dispatches_before_misaligned"] = dispatches[0]
+    qkv2 = buf[8:].view(5, 3 * 24 * 128)  # 16 bytes on: aligned, same signature
+    reg.fused_inplace_qknorm_rope(qkv2[:, :3072].view(5, 24, 128), qkv2[:, 3072:6144].view(5, 24, 128), w, w, cache,
+                                  pos, is_neox=False, eps=1e-6)
+    report["dispatches_after_aligned"] = dispatches[0]
+    qkv3 = buf[1:-7].view(5, 3 * 24 * 128)  # 2 bytes past an aligned address, same signature
+    reg.fused_inplace_qknorm_rope(qkv3[:, :3072].view(5, 24, 128), qkv3[:, 3072:6144].view(5, 24, 128), w, w, cache,
+                                  pos, is_neox=False, eps=1e-6)
+    report["dispatches_after_misaligned"] = dispatches[0]
+    print(json.dumps(report))
+
+
+def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second = report["launches"][:2]
+    assert first["args"][:6] == report["inputs"]
+    assert {k: v for k, v in first.items() if k != "args"} == {k: v for k, v in second.items() if k != "args"}
+    assert first["args"] == second["args"]
+    assert report["dispatches_before_misaligned"] == 1  # the second call was the kept launch
+    assert report["dispatches_after_aligned"] == 1  # other aligned pointers, same signature: kept launch
+    assert report["dispatches_after_misaligned"] == 2  # a misaligned q goes through Triton's dispatch again
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
+    _child()
