@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .launch_cache import CachedLaunch, launch_and_keep
+from kda_kernels.launch_cache import CachedLaunch, launch_and_keep
 
 INT32_LIMIT = 2**31 - 1
 TILE_ELEMS = 4096  # elements of q/k per program on large rows (8 KB of bf16)

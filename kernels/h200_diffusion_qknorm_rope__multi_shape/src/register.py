@@ -21,7 +21,7 @@ N == 0 or Hq + Hk == 0: nothing to do, returns (SGLang returns early too).
 
 Host path: the first call of a signature (shapes, strides, dtypes, devices, the current device and every
 non-tensor argument) runs the checks above and ``kernel[grid]``; the compiled launch is kept
-(``launch_cache.py``) and later calls of that signature skip the checks the signature decides and Triton's
+(``kda_kernels.launch_cache``) and later calls of that signature skip the checks the signature decides and Triton's
 dispatch: exact ``torch.Tensor`` inputs on CUDA, 16-byte aligned, no autograd recording and not under
 ``torch.compile`` tracing are checked on every call; anything else takes the checked path.
 
@@ -36,8 +36,8 @@ import os
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
 
-from .launch_cache import LaunchCache, aligned16, current_device
 from .qknorm_rope import launch
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -1,4 +1,4 @@
-"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+"""The kept launch (kda_kernels.launch_cache) hands Triton's C launcher exactly what Triton's own dispatch hands it.
 
 Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline and swaps
 Triton's driver for a stand-in whose launcher records its arguments instead of launching (the pattern of the
