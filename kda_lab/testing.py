@@ -11,13 +11,50 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kda_lab.families import contract
 from kda_lab.task import load_task, validate_task_dir
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class CandidateUnderTest:
+    """A task's candidate for its own contract tests (``kernels/<task>/tests/test_candidate*.py``)."""
+
+    task: Any
+    module: ModuleType  # src/register.py, loaded as the lab loads it
+    device: str  # "cuda" on a GPU host, "cpu" under the Triton interpreter
+    floats: tuple[torch.dtype, ...]  # what the device can check: no bf16 in the interpreter
+
+
+def candidate_under_test(test_file: str) -> CandidateUnderTest:
+    """Load the task's candidate on the device this host checks it on. Without a CUDA GPU the kernels run in
+    Triton's interpreter (conftest.py sets TRITON_INTERPRET=1) with the lab's shims for SGLang's wrappers; with
+    neither, the calling test module is skipped and says why."""
+    import torch
+
+    from kda_lab.task.schema import load_candidate
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a CUDA GPU or the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py)",
+                    allow_module_level=True)
+    if not on_gpu:
+        from kda_lab.interpret import install_shims
+
+        install_shims()
+    task = load_task(Path(test_file).resolve().parents[1])
+    floats = (torch.float32, torch.float16, torch.bfloat16) if on_gpu else (torch.float32, torch.float16)
+    return CandidateUnderTest(task=task, module=load_candidate(task), device="cuda" if on_gpu else "cpu",
+                              floats=floats)
 
 
 def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:

@@ -8,33 +8,21 @@ branch. Runs in the Triton interpreter on a CPU host (conftest.py sets TRITON_IN
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from kda_lab.families.fuse_scale_shift import residual_select01_oracle, select01_oracle
-from kda_lab.task import load_task
-from kda_lab.task.schema import load_candidate
+from kda_lab.testing import candidate_under_test
 
-TASK = load_task(Path(__file__).resolve().parents[1])
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-if not ON_GPU and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs a CUDA GPU or the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py)",
-                allow_module_level=True)
-if not ON_GPU:
-    from kda_lab.interpret import install_shims
-
-    install_shims()
-
-CAND = load_candidate(TASK)
+UNDER_TEST = candidate_under_test(__file__)
+TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
+ON_GPU = DEVICE == "cuda"
 PLAIN = "fuse_layernorm_scale_shift_gate_select01_kernel"
 RESID = "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
-FLOATS = (torch.float32, torch.float16) if not ON_GPU else (torch.float32, torch.float16, torch.bfloat16)
+FLOATS = UNDER_TEST.floats
 DNAME = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 

@@ -7,9 +7,7 @@ CPU host it cannot run, so the oracle is the reference here (the GPU check compa
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,17 +15,11 @@ import torch
 
 from kda_lab.families.qknorm_rope import qknorm_rope_oracle
 from kda_lab.measure.correctness import compare
-from kda_lab.task import load_task
-from kda_lab.task.schema import load_candidate
+from kda_lab.testing import candidate_under_test
 
-TASK = load_task(Path(__file__).resolve().parents[1])
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-if not ON_GPU and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs a CUDA GPU or the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py)",
-                allow_module_level=True)
-
-CAND = load_candidate(TASK)
+UNDER_TEST = candidate_under_test(__file__)
+TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
+ON_GPU = DEVICE == "cuda"
 KERNEL = sys.modules[CAND.launch.__module__]  # src/qknorm_rope.py, as register.py imported it
 ACT_DTYPES = (torch.float16, torch.float32) if not ON_GPU else (torch.float16, torch.bfloat16)
 

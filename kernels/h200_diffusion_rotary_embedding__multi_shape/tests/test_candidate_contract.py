@@ -6,10 +6,8 @@ do not: wide or fp64 tables, permuted dense x, mixed x/cos dtypes, and every fal
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,22 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_lab.task import load_task
-from kda_lab.task.schema import load_candidate
+from kda_lab.testing import candidate_under_test
 
-TASK = load_task(Path(__file__).resolve().parents[1])
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-if not ON_GPU and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs a CUDA GPU or the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py)",
-                allow_module_level=True)
-if not ON_GPU:
-    from kda_lab.interpret import install_shims
-
-    install_shims()
-
-CAND = load_candidate(TASK)
-FLOATS = (torch.float32, torch.float16) if not ON_GPU else (torch.float32, torch.float16, torch.bfloat16)
+UNDER_TEST = candidate_under_test(__file__)
+TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
+ON_GPU = DEVICE == "cuda"
+FLOATS = UNDER_TEST.floats
 
 
 def sglang(fn: str) -> Callable[..., Any]:

@@ -1,7 +1,7 @@
 """The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
 
 Runs on a CPU host: a child process without the interpreter compiles the real kernels for sm_90a offline and
-swaps Triton's driver for a stand-in whose launcher records its arguments instead of launching. Each public
+swaps Triton's driver for a stand-in that records launches (``kda_lab.interpret.offline_launch``). Each public
 function is called twice per signature: the first call goes through ``kernel[grid]`` (Triton's dispatch), the
 second through the kept launch; the recorded grid, stream, function, metadata, hooks and arguments must agree.
 A misaligned x (the kept binary assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
@@ -21,54 +21,13 @@ TASK_DIR = Path(__file__).resolve().parents[1]
 
 def _child() -> None:
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-    from triton.runtime.jit import JITFunction
 
+    from kda_lab.interpret.offline_launch import record_launches
     from kda_lab.task import load_task
     from kda_lab.task.schema import load_candidate
 
-    launches: list[dict[str, Any]] = []
-    dispatches = [0]
-
-    def describe(a: Any) -> Any:
-        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
-
-    class Utils:
-        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
-            return 1, 7, 64, 0, 1024
-
-        def get_device_properties(self, device: int) -> dict[str, int]:
-            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
-
-    class StandIn:
-        utils = Utils()
-
-        def get_current_target(self) -> GPUTarget:
-            return GPUTarget("cuda", 90, 32)
-
-        def get_current_device(self) -> int:
-            return 0
-
-        def get_current_stream(self, device: int | None = None) -> int:
-            return 1234
-
-        def launcher_cls(self, src: Any, metadata: Any) -> Any:
-            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
-                       enter: Any, exit_: Any, *args: Any) -> None:
-                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
-                                 "packed": repr(packed), "hooks": [repr(type(enter)), repr(type(exit_))],
-                                 "args": [describe(a) for a in args]})
-            return record
-
-    driver.set_active(StandIn())
-    real_run = JITFunction.run
-
-    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        dispatches[0] += 1
-        return real_run(self, *args, **kwargs)
-
-    JITFunction.run = counting_run
+    rec = record_launches()
+    launches, describe = rec.launches, rec.describe
     reg = load_candidate(load_task(TASK_DIR))
     reg._runs_here = lambda *t: True
     plain_signature = reg._signature
@@ -93,10 +52,10 @@ def _child() -> None:
         outs = [fn(*args), fn(*args)]
         report[name] = {"launches": launches[start:], "outs": [o.data_ptr() for o in outs],
                         "inputs": [describe(a) for a in args[:3]]}
-    report["dispatches_before_misaligned"] = dispatches[0]
+    report["dispatches_before_misaligned"] = rec.dispatches
     x = buf[1:-1].view(1, 12, 3 * 64)  # 2 bytes past an aligned address, same signature as the ltx2 case
     reg.apply_ltx2_split_rotary_emb(x, table, table)
-    report["dispatches_after_misaligned"] = dispatches[0]
+    report["dispatches_after_misaligned"] = rec.dispatches
     print(json.dumps(report))
 
 

@@ -1,0 +1,77 @@
+"""Offline sm_90a launches on a CPU host: Triton compiles the real kernels, a stand-in driver records launches.
+
+The kept-launch path of a Triton candidate (``kda_kernels.launch_cache``) must hand Triton's C launcher exactly
+what Triton's own dispatch hands it. On a CPU host that is checked without a GPU: in a process where the
+interpreter is off, :func:`record_launches` makes Triton compile for sm_90a (ptxas runs, the binary is never
+loaded) and swaps the driver for one whose launcher records its arguments instead of launching; it also counts
+Triton's dispatches (``JITFunction.run``), so a test can tell a kept launch (no dispatch) from a new one. The
+task tests that use it (``kernels/*/tests/test_kept_launch.py``) run it in a child process: it replaces Triton's
+active driver for the rest of that process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Recorder:
+    """What the stand-in saw: every launch (grid, stream, function, metadata, hooks, arguments) and how many
+    times Triton's dispatch ran."""
+
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    dispatches: int = 0
+
+    @staticmethod
+    def describe(a: Any) -> Any:
+        """A launch argument as JSON: a tensor by its data pointer, anything else by repr."""
+        import torch
+
+        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
+
+
+def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
+    """Install the recording stand-in as Triton's active driver (for this process) and count dispatches."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    rec = Recorder()
+
+    class Utils:
+        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
+            return 1, 7, 64, 0, 1024  # module, function, registers, spills, max threads: never used
+
+        def get_device_properties(self, device: int) -> dict[str, int]:
+            return {"max_shared_mem": 232448, "multiprocessor_count": sm_count}
+
+    class StandIn:
+        utils = Utils()
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", capability, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 1234
+
+        def launcher_cls(self, src: Any, metadata: Any) -> Any:
+            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
+                       enter: Any, exit_: Any, *args: Any) -> None:
+                rec.launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
+                                     "packed": repr(packed), "hooks": [repr(type(enter)), repr(type(exit_))],
+                                     "args": [rec.describe(a) for a in args]})
+            return record
+
+    driver.set_active(StandIn())
+    real_run = JITFunction.run
+
+    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rec.dispatches += 1
+        return real_run(self, *args, **kwargs)
+
+    JITFunction.run = counting_run
+    return rec
