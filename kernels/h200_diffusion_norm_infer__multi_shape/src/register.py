@@ -31,6 +31,7 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -38,7 +39,7 @@ import torch
 from kda_kernels import lazy_baseline
 
 from .launch_cache import LaunchCache, aligned16, current_device, keep
-from .norm_kernel import MAX_ROW_BYTES, Plan, launch, plan_norm_infer, plan_one_pass
+from .norm_kernel import MAX_ROW_BYTES, Plan, launch, needs_row64, plan_norm_infer, plan_one_pass
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _W_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -162,6 +163,8 @@ def _norm_infer_checked(x: Any, weight: Any, bias: Any, eps: Any, is_rms_norm: A
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
     is_rms = bool(is_rms_norm)
     plan = plan_norm_infer(m, n, x.element_size())
+    if needs_row64(m, plan.rows, x, y):
+        plan = replace(plan, row64=True)
     kernel = launch(plan, y, x, weight, bias, m, n, float(eps), is_rms)
     if key is not None and not copied:
         w = weight if weight is not None else x
@@ -176,7 +179,7 @@ def _tails(plan: Plan, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None,
            m: int, n: int, is_rms: bool) -> tuple[tuple[object, ...], tuple[object, ...]]:
     """The kernel's non-pointer parameters around eps, in signature order (norm_kernel._norm_rows_kernel)."""
     return ((m, n, x.stride(0), x.stride(1), y.stride(0), y.stride(1)),
-            (is_rms, w is not None, b is not None, plan.rows, plan.block_a, plan.block_b, plan.mask_n))
+            (is_rms, w is not None, b is not None, plan.rows, plan.block_a, plan.block_b, plan.mask_n, plan.row64))
 
 
 # ------------------------------------------------------------------------------------------------ one-pass
@@ -213,6 +216,8 @@ def _one_pass_checked(x: Any, w: Any, eps: Any, key: tuple[object, ...] | None) 
     y2 = y.view(-1, d)
     s = x2.shape[0]
     plan = plan_one_pass(s, d, x.element_size())
+    if needs_row64(s, plan.rows, x2, y2):
+        plan = replace(plan, row64=True)
     kernel = launch(plan, y2, x2, w, None, s, d, float(eps), True)
     if key is not None and (in_place or x.is_contiguous()) and _may_repeat(y, x, w):
         # x itself stands for its [S, D] rows: the launch passes only its address; the strides are in the tail
