@@ -179,7 +179,9 @@ def _fake_residual_norm_scale_shift(residual: Tensor, x: Tensor, *args: Any, **k
 _MAX_HIDDEN_SIZE = 8192  # sglang.kernels.ops.diffusion.norm.native_bf16_rmsnorm_triton.MAX_HIDDEN_SIZE
 
 
-def _flat_row_stride(x: Tensor) -> int | None:
+def flat_row_stride(x: Tensor) -> int | None:
+    """SGLang 0.5.23's ``_flat_row_stride`` (Z-Image's bf16 norms): the row stride when the leading dims flatten
+    onto rows, else None. Shared with the lab's oracle module and the norm_tanh_mul_add candidates."""
     if x.dim() < 2 or x.stride(-1) != 1:
         return None
     row_stride = x.stride(-2)
@@ -199,7 +201,7 @@ def _can_use_operand(x: Tensor, weight: Tensor, other: Tensor) -> bool:
         and x.dim() >= 2 and 0 < x.shape[-1] <= _MAX_HIDDEN_SIZE and x.numel() > 0
         and weight.shape == (x.shape[-1],) and weight.is_contiguous()
         and other.dim() >= 2 and other.shape[-1] == x.shape[-1] and other.numel() > 0
-        and _flat_row_stride(x) is not None and _flat_row_stride(other) is not None
+        and flat_row_stride(x) is not None and flat_row_stride(other) is not None
     )
 
 
@@ -216,7 +218,7 @@ def accepts_rmsnorm_tanh_residual(x: Tensor, gate: Tensor, residual: Tensor, wei
     if not _can_use_operand(x, weight, gate):
         return False
     if (residual.device != x.device or residual.dtype != x.dtype or residual.shape != x.shape
-            or _flat_row_stride(residual) is None):
+            or flat_row_stride(residual) is None):
         return False
     dim = x.shape[-1]
     return (x.numel() // dim) % (gate.numel() // dim) == 0

@@ -18,6 +18,7 @@ c004 carries an older copy in its own ``src/`` (promoted with that source hash; 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable
 from typing import Any
 
@@ -28,8 +29,9 @@ from triton.runtime.driver import driver
 MAX_ENTRIES = 256
 
 
-class CachedLaunch:
-    """One compiled kernel with its grid and trailing (non-tensor) arguments; call it with the tensors."""
+class KeptLaunch:
+    """One compiled kernel with its grid and trailing arguments (``tail``, often the non-tensor ones); call it
+    with the leading parameters, in signature order."""
 
     __slots__ = ("kernel", "grid", "tail", "launcher", "function", "packed_metadata", "get_stream", "device")
 
@@ -43,8 +45,8 @@ class CachedLaunch:
         self.get_stream = driver.active.get_current_stream
         self.device = device
 
-    def __call__(self, *tensors: torch.Tensor) -> None:
-        args = tensors + self.tail
+    def __call__(self, *lead: Any) -> None:
+        args = lead + self.tail
         stream = self.get_stream(self.device)
         grid = self.grid
         runtime = knobs.runtime
@@ -53,36 +55,45 @@ class CachedLaunch:
                       runtime.launch_enter_hook, runtime.launch_exit_hook, *args)
 
 
+CachedLaunch = KeptLaunch  # the name the first candidates import
+
+
+def keep(kernel: Any, grid: tuple[int, ...], tail: tuple[Any, ...] = ()) -> KeptLaunch | None:
+    """The launch to repeat for later calls of the signature ``kernel`` (what ``jit_fn[grid](...)`` returned) was
+    compiled for; None under the interpreter, where ``kernel[grid]`` returns no CompiledKernel."""
+    if not all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
+        return None
+    return KeptLaunch(kernel, grid, tail, driver.active.get_current_device())
+
+
 def launch_and_keep(jit_fn: Any, grid: tuple[int, ...], tensors: tuple[torch.Tensor, ...], tail: tuple[Any, ...],
-           **options: Any) -> CachedLaunch | None:
+                    **options: Any) -> KeptLaunch | None:
     """``jit_fn[grid](*tensors, *tail, **options)``, returning the launch to repeat for later calls of the same
     signature (None under the interpreter). ``tensors`` are the leading pointer parameters, ``tail`` every later
     parameter in signature order, constexprs included (what ``JITFunction.run`` hands the launcher)."""
-    kernel = jit_fn[grid](*tensors, *tail, **options)
-    if not _is_compiled_kernel(kernel):
-        return None
-    return CachedLaunch(kernel, grid, tail, driver.active.get_current_device())
+    return keep(jit_fn[grid](*tensors, *tail, **options), grid, tail)
 
 
 class LaunchCache:
-    """signature -> CachedLaunch, bounded (a model has a handful of signatures; a sweep starts a fresh dict)."""
+    """signature -> entry (a KeptLaunch, or a tuple holding one with what the caller needs beside it), bounded:
+    a model has a handful of signatures; a sweep past MAX_ENTRIES starts a fresh dict."""
 
     def __init__(self) -> None:
-        self.entries: dict[Hashable, CachedLaunch] = {}
+        self.entries: dict[Hashable, Any] = {}
 
-    def get(self, key: Hashable) -> CachedLaunch | None:
+    def get(self, key: Hashable) -> Any:
         return self.entries.get(key)
 
-    def keep(self, key: Hashable, entry: CachedLaunch | None) -> None:
+    def keep(self, key: Hashable, entry: Any) -> None:
+        """Store ``entry`` (nothing when it is None: the interpreter keeps no launch)."""
         if entry is None:
             return
         if len(self.entries) >= MAX_ENTRIES:
             self.entries = {}
         self.entries[key] = entry
 
-
-def _is_compiled_kernel(kernel: Any) -> bool:
-    return all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata", "launch_metadata"))
+    def clear(self) -> None:
+        self.entries = {}
 
 
 def current_device() -> int:
@@ -95,3 +106,17 @@ def aligned16(*tensors: torch.Tensor) -> bool:
     made and used only for all-aligned calls, so the key need not carry the alignment."""
     return all(t.data_ptr() & 15 == 0 for t in tensors)
 
+
+def runs_here(*tensors: torch.Tensor) -> bool:
+    """Whether a Triton candidate's own kernels may take these tensors: all on one CUDA device that is the current
+    one (Triton launches on the current device, with binaries loaded per device), or all on the CPU under the
+    Triton interpreter; none recording autograd (the kernels have no backward). Anything else goes to SGLang."""
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):
+        return False
+    if device.type == "cuda":
+        if device.index != current_device():
+            return False
+    elif not (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))

@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 
+from kda_kernels.contracts import flat_row_stride
 from kda_lab.families.base import Args, FunctionContract, returned
 
 MAX_HIDDEN_SIZE = 8192  # SGLang's native_bf16_rmsnorm_triton.MAX_HIDDEN_SIZE
@@ -62,17 +63,6 @@ BF16 = torch.bfloat16
 
 # ------------------------------------------------------------------------------------------ SGLang's predicate
 
-def flat_row_stride(t: torch.Tensor) -> int | None:
-    """SGLang's ``_flat_row_stride``: the row stride when the leading dims flatten onto rows, else None."""
-    if t.dim() < 2 or t.stride(-1) != 1:
-        return None
-    row_stride = t.stride(-2)
-    expected = row_stride * t.shape[-2]
-    for d in range(t.dim() - 3, -1, -1):
-        if t.stride(d) != expected:
-            return None
-        expected *= t.shape[d]
-    return row_stride
 
 
 def accepts(x: torch.Tensor, weight: torch.Tensor, other: torch.Tensor,

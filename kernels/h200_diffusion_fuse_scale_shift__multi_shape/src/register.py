@@ -18,11 +18,10 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import runs_here
 
 from .ln_select01 import MAX_C, launch
 
@@ -33,14 +32,6 @@ _sglang_select01 = lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kerne
 _sglang_residual_select01 = lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel")
 
 
-def _runs_here(tensors: list[torch.Tensor]) -> bool:
-    """All on one CUDA device (or on the CPU under the Triton interpreter), none recording autograd."""
-    device = tensors[0].device
-    if any(t.device != device for t in tensors):
-        return False
-    if not (device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def _dense_rows(t: object, shape: torch.Size) -> bool:
@@ -69,7 +60,7 @@ def _prepare(x: object, rows: tuple[object, ...], weight: object, bias: object, 
             and index.shape[1] == seq_len and index.dtype in _INDEX_DTYPES):
         return None
     present = [x, *rows, *(t for t in (weight, bias) if t is not None), *mods, index]
-    if not _runs_here(present):  # type: ignore[arg-type]
+    if not runs_here(*present):  # type: ignore[arg-type]
         return None
     w = weight.contiguous() if weight is not None else None  # type: ignore[union-attr]
     b = bias.contiguous() if bias is not None else None  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
 """Candidate c002: one Triton row-norm kernel (``norm_kernel.py``: byte model, bound and design beside it) for
-``norm_infer`` and ``triton_one_pass_rms_norm``, with kept launches (``launch_cache.py``) for the host path.
+``norm_infer`` and ``triton_one_pass_rms_norm``, with kept launches (``kda_kernels.launch_cache``) for the host path.
 
 Contract of the kernel (prompt.md K); everything else goes to SGLang's own function (``lazy_baseline``: the
 defining module's original, never the facade the overlay rebinds), which also raises where SGLang raises:
@@ -30,15 +30,14 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, keep, runs_here
 
-from .launch_cache import LaunchCache, aligned16, current_device, keep
 from .norm_kernel import MAX_ROW_BYTES, Plan, launch, needs_row64, plan_norm_infer, plan_one_pass
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -57,18 +56,6 @@ _grad_enabled = torch.is_grad_enabled
 
 # ------------------------------------------------------------------------------------------------ helpers
 
-def _runs_here(*tensors: torch.Tensor) -> bool:
-    """All on one CUDA device, the current one (or on the CPU under the Triton interpreter), none recording
-    autograd."""
-    device = tensors[0].device
-    if any(t.device != device for t in tensors):
-        return False
-    if device.type == "cuda":
-        if device.index != current_device():
-            return False
-    elif not (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
-        return False
-    return not (_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def _vector_ok(t: Any, n: int) -> bool:
@@ -153,7 +140,7 @@ def _norm_infer_checked(x: Any, weight: Any, bias: Any, eps: Any, is_rms_norm: A
                             or _out_self_overlapping(out)):
         return _sglang_norm_infer(x, weight, bias, eps, is_rms_norm, out)
     tensors = [t for t in (x, weight, bias, out) if t is not None]
-    if not _runs_here(*tensors):
+    if not runs_here(*tensors):
         return _sglang_norm_infer(x, weight, bias, eps, is_rms_norm, out)
     copied = False
     if out is not None and _overlaps(out, x) and not (out.data_ptr() == x.data_ptr()
@@ -170,8 +157,8 @@ def _norm_infer_checked(x: Any, weight: Any, bias: Any, eps: Any, is_rms_norm: A
         w = weight if weight is not None else x
         b = bias if bias is not None else x
         if _may_repeat(y, x, w, b):
-            NORM_LAUNCHES.put(key, keep(kernel, (-(-m // plan.rows),)), _tails(plan, x, y, weight, bias, m, n,
-                                                                                  is_rms))
+            kept = keep(kernel, (-(-m // plan.rows),))
+            NORM_LAUNCHES.keep(key, None if kept is None else (kept, _tails(plan, x, y, weight, bias, m, n, is_rms)))
     return y
 
 
@@ -208,7 +195,7 @@ def _one_pass_checked(x: Any, w: Any, eps: Any, key: tuple[object, ...] | None) 
             or not isinstance(eps, (float, int)) or isinstance(eps, bool):
         return _sglang_one_pass(x, w, eps)
     d = x.shape[-1]
-    if d * x.element_size() > MAX_ROW_BYTES or w is None or not _vector_ok(w, d) or not _runs_here(x, w):
+    if d * x.element_size() > MAX_ROW_BYTES or w is None or not _vector_ok(w, d) or not runs_here(x, w):
         return _sglang_one_pass(x, w, eps)
     in_place = x.dim() == 2 and (x.stride(1) == 1 or d == 1)
     x2 = x if in_place else x.contiguous().view(-1, d)  # SGLang's x.contiguous() where rows are not uniform
@@ -221,7 +208,8 @@ def _one_pass_checked(x: Any, w: Any, eps: Any, key: tuple[object, ...] | None) 
     kernel = launch(plan, y2, x2, w, None, s, d, float(eps), True)
     if key is not None and (in_place or x.is_contiguous()) and _may_repeat(y, x, w):
         # x itself stands for its [S, D] rows: the launch passes only its address; the strides are in the tail
-        ONE_PASS_LAUNCHES.put(key, keep(kernel, (-(-s // plan.rows),)), _tails(plan, x2, y2, w, None, s, d, True))
+        kept = keep(kernel, (-(-s // plan.rows),))
+        ONE_PASS_LAUNCHES.keep(key, None if kept is None else (kept, _tails(plan, x2, y2, w, None, s, d, True)))
     return y
 
 

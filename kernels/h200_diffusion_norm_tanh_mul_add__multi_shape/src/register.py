@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.contracts import flat_row_stride
 from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
 
 from .bf16_rmsnorm import launch_scale, launch_tanh_residual
@@ -35,17 +36,6 @@ SCALE_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first 
 TANH_LAUNCHES = LaunchCache()
 
 
-def flat_row_stride(t: torch.Tensor) -> int | None:
-    """SGLang's ``_flat_row_stride``: the row stride when the leading dims flatten onto rows, else None."""
-    if t.dim() < 2 or t.stride(-1) != 1:
-        return None
-    row_stride = t.stride(-2)
-    expected = row_stride * t.shape[-2]
-    for d in range(t.dim() - 3, -1, -1):
-        if t.stride(d) != expected:
-            return None
-        expected *= t.shape[d]
-    return row_stride
 
 
 def sglang_takes(x: torch.Tensor, weight: torch.Tensor, other: torch.Tensor) -> bool:

@@ -31,12 +31,11 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 from __future__ import annotations
 
 import numbers
-import os
 
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, runs_here
 
 from .qknorm_rope import launch
 
@@ -82,14 +81,6 @@ def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.
                     round_norm_before_rope, cache_has_full_width, key)
 
 
-def _runs_here(*tensors: torch.Tensor) -> bool:
-    """All on one CUDA device (or on the CPU under the Triton interpreter), none recording autograd."""
-    device = tensors[0].device
-    if any(t.device != device for t in tensors):
-        return False
-    if not (device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def rope_width(head_dim: int, cache_width: int, rope_dim: int, is_neox: bool, full_width: bool) -> int:
@@ -139,7 +130,7 @@ def _in_contract(q: object, k: object, q_weight: object, k_weight: object, cache
         return 0
     if cache.dim() != 2 or cache.dtype not in _CACHE_DTYPES or not cache.is_contiguous() or cache.shape[0] == 0:
         return 0
-    if not _runs_here(q, k, q_weight, k_weight, cache, positions):
+    if not runs_here(q, k, q_weight, k_weight, cache, positions):
         return 0
     return rope_width(d, cache.shape[1], rope_dim, is_neox, full_width)
 
