@@ -50,7 +50,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         return 0
     # the geomean column is the report's headline run (the promoted candidate's evidence, else the best
     # benchmarked run), the same number as README's "best geomean" column
-    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<28} {'geomean':>7}  vs best peer")
+    print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<48} {'geomean':>7}  vs best peer")
     bad = 0
     for d in dirs:
         try:
@@ -61,7 +61,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"{d.name:<52} INVALID: {e}")
             bad += 1
             continue
-        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<28} "
+        print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<48} "
               f"{(f'{head.geomean:.2f}x' if head and head.geomean else '-'):>7}  {vs_best_peer_cell(tr)}")
         if args.rows:
             latest = latest_row_numbers(t)

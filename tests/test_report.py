@@ -413,3 +413,14 @@ def test_a_later_promotion_supersedes_the_earlier_one(tmp_path: Path) -> None:
     head, kind = t.headline()
     assert (head.run_id, kind) == ("r-c004", "promoted")
     assert [r["status"] for r in ledger.read_solutions(task_dir) if r["id"] == "c002"][-1] == "promoted"
+
+
+def test_a_candidate_newer_than_the_baseline_runs_shows_in_the_status(tmp_path: Path) -> None:
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    solution(task_dir, "c000", "baseline", "register", "2026-11-20T10:00:00Z")
+    ledger.append_benchmark_rows(task_dir, bench_rows(task_dir, run_id="r-base", mode="baseline-only", cand="c000",
+                                                      factors=1.0, ts="2026-11-20T10:10:00Z"))
+    assert task_report(root).status == "baseline measured"
+    solution(task_dir, "c001", "proposed", "register", "2026-11-21T09:00:00Z", parent="c000")
+    assert task_report(root).status == "baseline measured; c001 proposed, no GPU timing"

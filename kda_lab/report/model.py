@@ -172,6 +172,10 @@ class TaskReport:
         if head is not None:
             return f"benchmarked (best {head.candidate_id})"
         if self.runs:
+            # a candidate written after the baseline runs (checked on CPU at most) is news the table must carry
+            last = self.lineage[-1] if self.lineage else None
+            if last is not None and last.status not in ("baseline", "superseded", "rejected") and not last.runs:
+                return f"baseline measured; {last.id} {last.status}, no GPU timing"
             return "baseline measured"
         if self.lineage:
             last = self.lineage[-1]
