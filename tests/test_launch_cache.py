@@ -46,3 +46,12 @@ def test_aligned16() -> None:
     base = t.data_ptr() & 15 == 0
     assert lc.aligned16(t) == base
     assert not lc.aligned16(t[1:]) or not base
+
+
+def test_import_kda_kernels_loads_neither_the_helpers_nor_triton() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import kda_kernels, sys; print('kda_kernels.launch_cache' in "
+                          "sys.modules, 'triton' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
