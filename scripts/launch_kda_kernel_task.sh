@@ -430,6 +430,8 @@ if [[ ${KDA_NO_VENV:-0} != 1 && -d $worktree/kda_lab && -f $worktree/pyproject.t
   for tool in ruff shellcheck; do
     if [[ -x $deps_bin/$tool ]]; then ln -s "$(cd "$deps_bin" && pwd)/$tool" "$worktree/.venv/bin/$tool"; fi
   done
+  # kda e2e's model-module deps live beside that environment's site-packages (scripts/setup_env.sh: .venv/e2e-site)
+  if [[ -d $deps_bin/../e2e-site ]]; then ln -s "$(cd "$deps_bin/../e2e-site" && pwd)" "$worktree/.venv/e2e-site"; fi
   printf '#!%s\nimport sys\nimport pytest\nsys.exit(pytest.console_main())\n' "$worktree/.venv/bin/python" \
     >"$worktree/.venv/bin/pytest"
   chmod +x "$worktree/.venv/bin/pytest"

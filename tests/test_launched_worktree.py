@@ -93,6 +93,8 @@ def test_launched_worktree_runs_its_own_lab(repo: Path) -> None:
     for tool in ("ruff", "shellcheck"):
         t = subprocess.run([f".venv/bin/{tool}", "--version"], cwd=wt, env=run_env, capture_output=True, text=True)
         assert t.returncode == 0, (tool, t.stderr)
+    if (Path(sys.executable).parent.parent / "e2e-site").is_dir():  # kda e2e's deps (scripts/setup_env.sh)
+        assert (wt / ".venv" / "e2e-site").resolve() == (Path(sys.executable).parent.parent / "e2e-site").resolve()
     marker = wt / "tests" / "test_worktree_marker.py"
     marker.write_text("def test_marker():\n    import kda_lab, pathlib\n"
                       f"    assert pathlib.Path(kda_lab.__file__).resolve().parent == pathlib.Path({str(wt.resolve() / 'kda_lab')!r})\n")
