@@ -1,16 +1,278 @@
-"""Candidate c000: SGLang 0.5.23's own kernels (the baseline as a candidate).
+"""Candidate: one Triton kernel for SGLang 0.5.23's ``fused_norm_scale_shift`` and
+``fused_scale_residual_norm_scale_shift`` (nss_kernel.py: the kernel, its byte model and the bound).
 
-Each value forwards to SGLang's function, resolved on its first call (``kda_kernels.lazy_baseline``), so importing this module
-needs no GPU and imports none of SGLang's kernel modules. Replace EXPORTS' values with the new implementation;
-keep the keys (SGLang function names), the signatures and the return conventions (prompt.md K). Import siblings
-relatively (``from .kernel import ...``): the exporter copies ``src/`` into ``kda_kernels``.
+Contract of the kernel (prompt.md K); everything else goes to SGLang's own function (``lazy_baseline``: SGLang's
+original even where the overlay is installed), which also raises where SGLang raises:
+
+- x ``[B, S, D]`` (and residual, same shape) fp16/bf16/fp32, last stride 1, any batch/token strides,
+  D % 256 == 0, D <= 8192, B·S >= 1;
+- gate / scale / shift fp16/bf16/fp32, last stride 1: ``[1]``, ``[D]``, ``[1|B, D]``, ``[1|B, 1|S, D]``,
+  ``[B, F, 1, D]`` with S % F == 0 (strided chunk views included); gate also None;
+- weight / bias None or ``[D]`` with last stride 1; LayerNorm with exactly one of them goes to SGLang (its kernel
+  then applies neither: prompt.md's upstream quirk); RMSNorm ignores the bias, as SGLang does;
+- norm_type ``"layer"`` or ``"rms"``, eps a Python number;
+- every tensor an exact ``torch.Tensor`` (or ``nn.Parameter``: a layer's weight) on x's CUDA device, that device
+  current (or CPU tensors under the Triton interpreter), no autograd recording, not under ``torch.compile``
+  tracing.
+
+Host path (the small rows are host bound in eager mode: SGLang spends 20-33 us per call there against a 2.5 us
+kernel): the first call of a signature (classes, shapes, strides, dtypes and devices of every tensor, norm_type,
+eps, the current device) runs the checks above and launches through ``kernel[grid]``; the compiled launch is kept
+(launch_cache.py) and later calls of that signature build the key, check 16-byte alignment (the kept binary was
+specialized for it), allocate the outputs and call Triton's C launcher with the pointers: no re-validation, no
+Triton dispatch (a CPU host measures 4.3 / 6.5 us per call against 30 us through Triton's dispatch:
+dev/host_cpu.py). Calls with grad mode on take the checked path every time (SGLang's diffusion runs under
+no_grad / inference_mode, as the harness does).
+
+Importing this module builds nothing and needs no GPU; Triton compiles on the first call of each specialization.
 """
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
 
 from kda_kernels import lazy_baseline
 
-BASELINE = True  # this candidate is the SGLang baseline itself (lineage status "baseline")
+from .launch_cache import LaunchCache, current_device, launch_and_keep
+from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_T = torch.Tensor
+_TENSORS = (torch.Tensor, torch.nn.Parameter)  # exact classes only: no fake, functional or distributed tensors
+
+_sglang_nss = lazy_baseline("fused_norm_scale_shift")
+_sglang_srnss = lazy_baseline("fused_scale_residual_norm_scale_shift")
+
+NSS_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
+SRNSS_LAUNCHES = LaunchCache()
+KEEP_ON_CPU = False  # tests/test_kept_launch.py: CPU tensors through the hot path (Triton's driver stood in for)
+
+
+# ------------------------------------------------------------------------------------------------ hot path
+
+def _tk(t: object) -> object:
+    """An optional tensor's part of the signature (raises AttributeError for a non-tensor: the checked path)."""
+    if t is None:
+        return None
+    return t.__class__, t.shape, t.stride(), t.dtype, t.get_device()
+
+
+def _new_like(x: torch.Tensor, kept: Any) -> torch.Tensor:
+    """An output in the dense [B, S, D] layout the kernel writes (``empty_like`` keeps a contiguous x's layout)."""
+    if kept.dense_like_x:
+        return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                           scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                           eps: float = 1e-5) -> torch.Tensor:
+    key = None
+    if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
+        try:
+            key = (x.shape, x.stride(), x.dtype, x.get_device(), _tk(weight), _tk(bias),
+                   scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
+                   shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
+                   norm_type, eps, current_device())
+            kept = NSS_LAUNCHES.entries.get(key)
+        except (TypeError, AttributeError, RuntimeError):  # an odd argument or an unhashable one: checked path
+            key = kept = None
+        if kept is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            y = _new_like(x, kept)
+            py, px, pc, ph = y.data_ptr(), x.data_ptr(), scale.data_ptr(), shift.data_ptr()
+            pw = px if weight is None else weight.data_ptr()
+            pb = px if bias is None else bias.data_ptr()
+            if (py | px | pc | ph | pw | pb) & 15 == 0:  # the kept binary assumes 16-byte-aligned pointers
+                kept(py, py, px, px, px, pw, pb, pc, ph)
+                return y
+    return _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key)
+
+
+def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None,
+                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                          scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                                          eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    key = None
+    if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
+        try:
+            key = (x.shape, x.stride(), x.dtype, x.get_device(),
+                   residual.__class__, residual.shape, residual.stride(), residual.dtype, residual.get_device(),
+                   _tk(gate), _tk(weight), _tk(bias),
+                   scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
+                   shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
+                   norm_type, eps, current_device())
+            kept = SRNSS_LAUNCHES.entries.get(key)
+        except (TypeError, AttributeError, RuntimeError):
+            key = kept = None
+        if kept is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            y = _new_like(x, kept)
+            r_out = _new_like(x, kept)
+            py, pr, px, pres = y.data_ptr(), r_out.data_ptr(), x.data_ptr(), residual.data_ptr()
+            pc, ph = scale.data_ptr(), shift.data_ptr()
+            pg = px if gate is None else gate.data_ptr()
+            pw = px if weight is None else weight.data_ptr()
+            pb = px if bias is None else bias.data_ptr()
+            if (py | pr | px | pres | pc | ph | pg | pw | pb) & 15 == 0:
+                kept(py, pr, px, pres, pg, pw, pb, pc, ph)
+                return y, r_out
+    return _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps, key)
+
+
+# ------------------------------------------------------------------------------------------------ checked path
+
+def _aligned(*tensors: torch.Tensor | None) -> bool:
+    bits = 0
+    for t in tensors:
+        if t is not None:
+            bits |= t.data_ptr()
+    return bits & 15 == 0
+
+
+def _keep(cache: LaunchCache, key: object, kept: Any, x: torch.Tensor, *tensors: torch.Tensor | None) -> None:
+    """Keep a compiled launch for its signature: only for all-aligned pointers (the binary was specialized on it)."""
+    if key is not None and kept is not None and _aligned(x, *tensors):
+        kept.dense_like_x = x.is_contiguous()
+        cache.keep(key, kept)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _x_ok(t: object) -> bool:
+    return (t.__class__ in _TENSORS and t.dim() == 3 and t.dtype in _DTYPES and t.stride(-1) == 1
+            and t.shape[-1] % 256 == 0 and 0 < t.shape[-1] <= 8192 and t.shape[0] * t.shape[1] > 0)
+
+
+def _affine_ok(t: object, d: int) -> bool:
+    return t is None or (t.__class__ in _TENSORS and t.dim() == 1 and t.shape[0] == d and t.dtype in _DTYPES
+                         and t.stride(0) == 1)
+
+
+def mod_layout(t: object, b: int, s: int, d: int) -> tuple[int, int, int, int] | None:
+    """``(mode, batch stride, token stride, tokens per row of t)`` of a gate/scale/shift tensor for x ``[b, s, d]``
+    (SGLang's BSFD broadcasting), or None outside the contract (SGLang then runs or raises). MODE_VEC: one D-row
+    for every token; MODE_ROWS: the row of token (bi, si) at bi·sb + (si // seg)·ss."""
+    if t.__class__ not in _TENSORS or t.dtype not in _DTYPES or t.dim() == 0 or t.stride(-1) != 1:
+        return None
+    shape = t.shape
+    nd = len(shape)
+    if nd == 1:
+        if shape[0] == 1:
+            return MODE_SCALAR, 0, 0, 1
+        return (MODE_VEC, 0, 0, 1) if shape[0] == d else None
+    if nd == 2:
+        if shape[1] != d or shape[0] not in (1, b):
+            return None
+        return (MODE_VEC, 0, 0, 1) if shape[0] == 1 or b == 1 else (MODE_ROWS, t.stride(0), 0, 1)
+    if nd == 3:
+        if shape[2] != d or shape[0] not in (1, b) or shape[1] not in (1, s):
+            return None
+        sb = t.stride(0) if shape[0] != 1 and b != 1 else 0
+        ss = t.stride(1) if shape[1] != 1 and s != 1 else 0
+        return (MODE_VEC, 0, 0, 1) if sb == 0 and ss == 0 else (MODE_ROWS, sb, ss, 1)
+    if nd == 4:
+        frames = shape[1]
+        if shape[0] != b or shape[2] != 1 or shape[3] != d or frames < 1 or s % frames:
+            return None
+        sb = t.stride(0) if b != 1 else 0
+        ss = t.stride(1) if frames != 1 else 0
+        return (MODE_VEC, 0, 0, 1) if sb == 0 and ss == 0 else (MODE_ROWS, sb, ss, s // frames)
+    return None
+
+
+def _runs_here(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
+    """Every tensor on x's device: a CUDA device that is current (Triton launches there), or the CPU under the
+    Triton interpreter; nothing recording autograd; not under torch.compile tracing."""
+    tensors = [t for t in (x, *others) if t is not None]
+    if any(t.device != x.device for t in tensors):
+        return False
+    if x.is_cuda:
+        if x.get_device() != current_device():
+            return False
+    elif not (x.device.type == "cpu" and _interpreting()):
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def _eps_ok(eps: object) -> bool:
+    return eps.__class__ in (float, int)
+
+
+def _norm_ok(norm_type: object, weight: object, bias: object) -> bool:
+    if norm_type == "rms":
+        return True
+    # LayerNorm with exactly one of weight / bias: SGLang's kernel applies neither (upstream quirk): SGLang's call
+    return norm_type == "layer" and (weight is None) == (bias is None)
+
+
+def _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key):
+    if not (_x_ok(x) and norm_type.__class__ is str and _norm_ok(norm_type, weight, bias) and _eps_ok(eps)):
+        return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
+    b, s, d = x.shape
+    sc, sh = mod_layout(scale, b, s, d), mod_layout(shift, b, s, d)
+    if sc is None or sh is None or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
+            or not _runs_here(x, weight, bias, scale, shift):
+        return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    tensors, tail, options, grid = _arguments(y, None, x, None, None, weight, bias, (scale, *sc), (shift, *sh),
+                                              norm_type == "rms", eps, False)
+    kept = launch_and_keep(norm_scale_shift_kernel, grid, tensors, tail, **options)
+    _keep(NSS_LAUNCHES, key, kept, x, y, weight, bias, scale, shift)
+    return y
+
+
+def _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps, key):
+    if not (_x_ok(x) and _x_ok(residual) and residual.shape == x.shape and norm_type.__class__ is str
+            and _norm_ok(norm_type, weight, bias) and _eps_ok(eps)):
+        return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+    b, s, d = x.shape
+    sc, sh = mod_layout(scale, b, s, d), mod_layout(shift, b, s, d)
+    gt = None if gate is None else mod_layout(gate, b, s, d)
+    if sc is None or sh is None or (gate is not None and gt is None) \
+            or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
+            or not _runs_here(x, residual, gate, weight, bias, scale, shift):
+        return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+    # SGLang's CuTe arithmetic keeps a same-dtype product in that dtype: gate·x is rounded to x's 16-bit dtype
+    round_gate = gate is not None and gate.dtype == x.dtype and x.dtype != torch.float32
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    r_out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    tensors, tail, options, grid = _arguments(y, r_out, x, residual, None if gate is None else (gate, *gt), weight,
+                                              bias, (scale, *sc), (shift, *sh), norm_type == "rms", eps, round_gate)
+    kept = launch_and_keep(norm_scale_shift_kernel, grid, tensors, tail, **options)
+    _keep(SRNSS_LAUNCHES, key, kept, x, y, r_out, residual, gate, weight, bias, scale, shift)
+    return y, r_out
+
+
+def _arguments(y, r_out, x, residual, gate, weight, bias, scale, shift, is_rms, eps, round_gate):
+    """(tensors, tail, options, grid) for norm_scale_shift_kernel, in the order the kept launch repeats them: the
+    hot paths above pass the same tensors in the same slots (unused slots hold x, or y for residual_out). RMSNorm
+    ignores a given bias (SGLang): it keeps its slot, unread."""
+    b, s, d = x.shape
+    has_res = residual is not None
+    g = gate if gate is not None else (x, MODE_NONE, 0, 0, 1)
+    tensors = (y, r_out if has_res else y, x, residual if has_res else x, g[0],
+               x if weight is None else weight, x if bias is None else bias, scale[0], shift[0])
+    early = d * (x.element_size() + (residual.element_size() if has_res else 0)
+                 + sum(t[0].element_size() for t in (g, scale, shift) if t[1] == MODE_ROWS))
+    uniform = all(t.element_size() == x.element_size() for t in tensors)
+    warps, nch, c, rows, late = plan(d, x.element_size(), b * s, early, uniform)
+    tail = (b * s, s, x.stride(0), x.stride(1),
+            residual.stride(0) if has_res else 0, residual.stride(1) if has_res else 0,
+            g[2], g[3], g[4], scale[2], scale[3], scale[4], shift[2], shift[3], shift[4],
+            float(eps),
+            d, nch, c, rows, (b * s) % rows != 0, late, bool(is_rms), has_res, g[1], bool(round_gate),
+            weight is not None, bias is not None and not is_rms, scale[1], shift[1])
+    options = {"num_warps": warps, "num_stages": 1}
+    return tensors, tail, options, (-(-(b * s) // rows),)
+
 
 EXPORTS = {
-    "fused_norm_scale_shift": lazy_baseline("fused_norm_scale_shift"),
-    "fused_scale_residual_norm_scale_shift": lazy_baseline("fused_scale_residual_norm_scale_shift"),
+    "fused_norm_scale_shift": fused_norm_scale_shift,
+    "fused_scale_residual_norm_scale_shift": fused_scale_residual_norm_scale_shift,
 }

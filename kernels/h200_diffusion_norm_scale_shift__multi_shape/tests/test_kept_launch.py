@@ -1,0 +1,151 @@
+"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+
+Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline and swaps
+Triton's driver for a stand-in whose launcher records its arguments instead of launching. Each public function
+is called twice per signature: the first call goes through ``kernel[grid]`` (Triton's dispatch), the second
+through the kept launch; the recorded grid, stream, function, packed metadata and arguments must agree (a
+pointer as the tensor there, as its ``data_ptr()`` here), with the second call's fresh outputs in the output
+slots. With Triton's launch hook chains empty the kept launch passes None for them (the launcher then skips
+calling them); with a hook registered it passes the chains and the launch metadata. A misaligned operand (the
+kept binary assumes 16-byte-aligned pointers) and a changed signature go through Triton's dispatch again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TASK_DIR = Path(__file__).resolve().parents[1]
+
+
+def _child() -> None:
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    from kda_lab.task import load_task
+    from kda_lab.task.schema import load_candidate
+
+    launches: list[dict[str, Any]] = []
+    dispatches = [0]
+
+    def describe(a: Any) -> Any:
+        return repr(a.data_ptr()) if isinstance(a, torch.Tensor) else repr(a)
+
+    class Utils:
+        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
+            return 1, 7, 64, 0, 1024
+
+        def get_device_properties(self, device: int) -> dict[str, int]:
+            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
+
+    class StandIn:
+        utils = Utils()
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 1234
+
+        def launcher_cls(self, src: Any, metadata: Any) -> Any:
+            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
+                       enter: Any, exit_: Any, *args: Any) -> None:
+                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
+                                 "packed": repr(packed), "hooks": [type(enter).__name__, type(exit_).__name__],
+                                 "meta": meta is not None, "args": [describe(a) for a in args]})
+            return record
+
+    driver.set_active(StandIn())
+    real_run = JITFunction.run
+
+    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        dispatches[0] += 1
+        return real_run(self, *args, **kwargs)
+
+    JITFunction.run = counting_run
+    reg = load_candidate(load_task(TASK_DIR))
+    reg._runs_here = lambda *t: True
+    reg.KEEP_ON_CPU = True
+    torch.set_grad_enabled(False)
+    bf, f32 = torch.bfloat16, torch.float32
+    d = 1024
+    x = torch.randn(1, 6, d, dtype=bf)
+    mod = torch.randn(1, 1, 6 * d, dtype=f32)
+    tok = torch.randn(1, 6, d, dtype=f32)
+    cases = {
+        "nss": (reg.fused_norm_scale_shift, (x, None, None, mod[..., d:2 * d], mod[..., :d], "layer", 1e-6)),
+        "nss_affine_scalar": (reg.fused_norm_scale_shift,
+                              (x, torch.randn(d), torch.randn(d), torch.randn(1, dtype=bf), torch.randn(1, dtype=bf),
+                               "layer", 1e-6)),
+        "srnss": (reg.fused_scale_residual_norm_scale_shift,
+                  (torch.randn(1, 6, d, dtype=bf), x, tok, torch.randn(d), torch.randn(d), mod[..., d:2 * d],
+                   mod[..., :d], "layer", 1e-6)),
+        "srnss_nogate_rms": (reg.fused_scale_residual_norm_scale_shift,
+                             (torch.randn(1, 6, d, dtype=bf), x, None, torch.randn(d, dtype=bf), None,
+                              torch.randn(d, dtype=bf), torch.randn(1, d, dtype=bf), "rms", 1e-6)),
+    }
+    report: dict[str, Any] = {}
+    for name, (fn, args) in cases.items():
+        start = len(launches)
+        outs = [fn(*args), fn(*args)]
+        flat = [[o.data_ptr()] if isinstance(o, torch.Tensor) else [t.data_ptr() for t in o] for o in outs]
+        report[name] = {"launches": launches[start:], "outs": flat}
+    report["dispatches_before"] = dispatches[0]
+    buf = torch.randn(2 + 6 * d, dtype=bf)
+    xm = buf[1:-1].view(1, 6, d)  # 2 bytes past an aligned address, same signature as the nss case
+    reg.fused_norm_scale_shift(xm, None, None, mod[..., d:2 * d], mod[..., :d], "layer", 1e-6)
+    report["dispatches_after_misaligned"] = dispatches[0]
+    reg.fused_norm_scale_shift(x, None, None, mod[..., d:2 * d], mod[..., :d], "layer", 1e-5)  # another eps
+    report["dispatches_after_new_eps"] = dispatches[0]
+    from triton import knobs
+
+    seen = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    start = len(launches)
+    reg.fused_norm_scale_shift(*cases["nss"][1])  # kept, with a hook registered
+    knobs.runtime.launch_enter_hook.remove(seen.append)
+    report["hooked"] = launches[start:]
+    report["dispatches_after_hooked"] = dispatches[0]
+    print(json.dumps(report))
+
+
+def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("nss", "nss_affine_scalar", "srnss", "srnss_nogate_rms"):
+        first, second = report[name]["launches"]
+        outs1, outs2 = report[name]["outs"]
+        n_out = len(outs1)
+        assert first["args"][:n_out] == [repr(p) for p in outs1], name  # y (and residual_out) in their slots
+        assert second["args"][:n_out] == [repr(p) for p in outs2], name
+        same = ("grid", "stream", "function", "packed")
+        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
+        assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"], name
+        assert not second["meta"], name
+        skip = 2  # output slots (nss: y twice, srnss: y and residual_out)
+        assert first["args"][skip:] == second["args"][skip:], name
+    # four dispatches for eight calls (the second call of each signature is the kept launch), then one more for
+    # the misaligned x and one for the new eps
+    assert report["dispatches_before"] == 4
+    assert report["dispatches_after_misaligned"] == 5
+    assert report["dispatches_after_new_eps"] == 6
+    (hooked,) = report["hooked"]
+    assert report["dispatches_after_hooked"] == 6  # still the kept launch ...
+    assert hooked["hooks"] == ["HookChain", "HookChain"] and hooked["meta"]  # ... handing the hooks over
+    assert hooked["args"][2:] == report["nss"]["launches"][0]["args"][2:]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
+    _child()
