@@ -9,6 +9,12 @@ Triton's cache), and the CompiledKernel it returns is kept with the grid and the
 calls hand the C launcher exactly what ``JITFunction.run`` would: grid, stream, function, packed metadata,
 launch metadata and hooks, then every parameter in signature order (tensors first, then ints and constexprs).
 
+Two differences from Triton's own dispatch change nothing the kernel sees: while no launch hook is registered
+(Triton's hook chains are empty) the launcher gets None for the hooks and the launch metadata, which makes it skip
+calling the empty chains (with a hook registered it gets the chains and the metadata, as from the dispatch); and
+a caller that has checked every tensor is on the current CUDA device (``runs_here``) may pass pointers as the
+integers ``data_ptr()`` returns, which saves the launcher's per-tensor ``cuPointerGetAttribute``.
+
 Nothing is cached under the Triton interpreter (``kernel[grid]`` returns no CompiledKernel there).
 
 Shared by the Triton candidates (``from kda_kernels.launch_cache import ...``), so their exported copies use the
@@ -29,6 +35,11 @@ from triton.runtime.driver import driver
 MAX_ENTRIES = 256
 
 
+def _idle(hook: Any) -> bool:
+    """No launch hook to call: None, or one of Triton's hook chains with nothing in it."""
+    return hook is None or not getattr(hook, "calls", True)
+
+
 class KeptLaunch:
     """One compiled kernel with its grid and trailing arguments (``tail``, often the non-tensor ones); call it
     with the leading parameters, in signature order."""
@@ -46,13 +57,18 @@ class KeptLaunch:
         self.device = device
 
     def __call__(self, *lead: Any) -> None:
-        args = lead + self.tail
         stream = self.get_stream(self.device)
         grid = self.grid
         runtime = knobs.runtime
+        enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if _idle(enter) and _idle(exit_):
+            # no hook to call: the launcher skips None hooks, and the launch metadata exists only for them
+            self.launcher(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata, None, None, None,
+                          *lead, *self.tail)
+            return
+        args = lead + self.tail
         self.launcher(grid[0], grid[1], grid[2], stream, self.function, self.packed_metadata,
-                      self.kernel.launch_metadata(grid, stream, *args),
-                      runtime.launch_enter_hook, runtime.launch_exit_hook, *args)
+                      self.kernel.launch_metadata(grid, stream, *args), enter, exit_, *args)
 
 
 CachedLaunch = KeptLaunch  # the name the first candidates import
@@ -107,10 +123,14 @@ def aligned16(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() & 15 == 0 for t in tensors)
 
 
-def runs_here(*tensors: torch.Tensor) -> bool:
-    """Whether a Triton candidate's own kernels may take these tensors: all on one CUDA device that is the current
-    one (Triton launches on the current device, with binaries loaded per device), or all on the CPU under the
-    Triton interpreter; none recording autograd (the kernels have no backward). Anything else goes to SGLang."""
+def runs_here(*tensors: torch.Tensor | None) -> bool:
+    """Whether a Triton candidate's own kernels may take these tensors (None entries, absent optional arguments,
+    are skipped): all on one CUDA device that is the current one (Triton launches on the current device, with
+    binaries loaded per device), or all on the CPU under the Triton interpreter; none recording autograd (the
+    kernels have no backward); not while torch.compile traces. Anything else goes to SGLang."""
+    tensors = tuple(t for t in tensors if t is not None)
+    if torch.compiler.is_compiling():
+        return False
     device = tensors[0].device
     if any(t.device != device for t in tensors):
         return False

@@ -24,11 +24,12 @@ class Recorder:
     dispatches: int = 0
 
     @staticmethod
-    def describe(a: Any) -> Any:
-        """A launch argument as JSON: a tensor by its data pointer, anything else by repr."""
+    def describe(a: Any) -> str:
+        """A launch argument as JSON: a tensor as its data pointer's repr (a kept launch may pass the pointer as
+        the integer itself), anything else by repr."""
         import torch
 
-        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
+        return repr(a.data_ptr()) if isinstance(a, torch.Tensor) else repr(a)
 
 
 def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
@@ -62,8 +63,8 @@ def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
             def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
                        enter: Any, exit_: Any, *args: Any) -> None:
                 rec.launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
-                                     "packed": repr(packed), "hooks": [repr(type(enter)), repr(type(exit_))],
-                                     "args": [rec.describe(a) for a in args]})
+                                     "packed": repr(packed), "hooks": [type(enter).__name__, type(exit_).__name__],
+                                     "meta": meta is not None, "args": [rec.describe(a) for a in args]})
             return record
 
     driver.set_active(StandIn())

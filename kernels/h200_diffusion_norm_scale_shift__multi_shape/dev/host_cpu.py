@@ -41,7 +41,7 @@ def main() -> int:
     from kda_lab.task.schema import load_candidate
 
     reg = load_candidate(load_task(TASK_DIR))
-    reg._runs_here = lambda *t: True
+    reg.runs_here = lambda *t: True
     reg.KEEP_ON_CPU = True
     torch.set_grad_enabled(False)
     bf = torch.bfloat16

@@ -18,7 +18,7 @@ original even where the overlay is installed), which also raises where SGLang ra
 Host path (the small rows are host bound in eager mode: SGLang spends 20-33 us per call there against a 2.5 us
 kernel): the first call of a signature (classes, shapes, strides, dtypes and devices of every tensor, norm_type,
 eps, the current device) runs the checks above and launches through ``kernel[grid]``; the compiled launch is kept
-(launch_cache.py) and later calls of that signature build the key, check 16-byte alignment (the kept binary was
+(``kda_kernels.launch_cache``) and later calls of that signature build the key, check 16-byte alignment (the kept binary was
 specialized for it), allocate the outputs and call Triton's C launcher with the pointers: no re-validation, no
 Triton dispatch (a CPU host measures 4.3 / 6.5 us per call against 30 us through Triton's dispatch:
 dev/host_cpu.py). Calls with grad mode on take the checked path every time (SGLang's diffusion runs under
@@ -29,14 +29,13 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import LaunchCache, current_device, launch_and_keep, runs_here
 
-from .launch_cache import LaunchCache, current_device, launch_and_keep
 from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -60,9 +59,9 @@ def _tk(t: object) -> object:
     return t.__class__, t.shape, t.stride(), t.dtype, t.get_device()
 
 
-def _new_like(x: torch.Tensor, kept: Any) -> torch.Tensor:
+def _new_like(x: torch.Tensor, dense_like_x: bool) -> torch.Tensor:
     """An output in the dense [B, S, D] layout the kernel writes (``empty_like`` keeps a contiguous x's layout)."""
-    if kept.dense_like_x:
+    if dense_like_x:
         return torch.empty_like(x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -77,11 +76,12 @@ def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: t
                    scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
                    shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
                    norm_type, eps, current_device())
-            kept = NSS_LAUNCHES.entries.get(key)
+            hit = NSS_LAUNCHES.entries.get(key)
         except (TypeError, AttributeError, RuntimeError):  # an odd argument or an unhashable one: checked path
-            key = kept = None
-        if kept is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            y = _new_like(x, kept)
+            key = hit = None
+        if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            kept, dense_like_x = hit
+            y = _new_like(x, dense_like_x)
             py, px, pc, ph = y.data_ptr(), x.data_ptr(), scale.data_ptr(), shift.data_ptr()
             pw = px if weight is None else weight.data_ptr()
             pb = px if bias is None else bias.data_ptr()
@@ -104,12 +104,13 @@ def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tenso
                    scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
                    shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
                    norm_type, eps, current_device())
-            kept = SRNSS_LAUNCHES.entries.get(key)
+            hit = SRNSS_LAUNCHES.entries.get(key)
         except (TypeError, AttributeError, RuntimeError):
-            key = kept = None
-        if kept is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            y = _new_like(x, kept)
-            r_out = _new_like(x, kept)
+            key = hit = None
+        if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            kept, dense_like_x = hit
+            y = _new_like(x, dense_like_x)
+            r_out = _new_like(x, dense_like_x)
             py, pr, px, pres = y.data_ptr(), r_out.data_ptr(), x.data_ptr(), residual.data_ptr()
             pc, ph = scale.data_ptr(), shift.data_ptr()
             pg = px if gate is None else gate.data_ptr()
@@ -134,12 +135,7 @@ def _aligned(*tensors: torch.Tensor | None) -> bool:
 def _keep(cache: LaunchCache, key: object, kept: Any, x: torch.Tensor, *tensors: torch.Tensor | None) -> None:
     """Keep a compiled launch for its signature: only for all-aligned pointers (the binary was specialized on it)."""
     if key is not None and kept is not None and _aligned(x, *tensors):
-        kept.dense_like_x = x.is_contiguous()
-        cache.keep(key, kept)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+        cache.keep(key, (kept, x.is_contiguous()))
 
 
 def _x_ok(t: object) -> bool:
@@ -184,20 +180,6 @@ def mod_layout(t: object, b: int, s: int, d: int) -> tuple[int, int, int, int] |
     return None
 
 
-def _runs_here(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
-    """Every tensor on x's device: a CUDA device that is current (Triton launches there), or the CPU under the
-    Triton interpreter; nothing recording autograd; not under torch.compile tracing."""
-    tensors = [t for t in (x, *others) if t is not None]
-    if any(t.device != x.device for t in tensors):
-        return False
-    if x.is_cuda:
-        if x.get_device() != current_device():
-            return False
-    elif not (x.device.type == "cpu" and _interpreting()):
-        return False
-    if torch.compiler.is_compiling():
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def _eps_ok(eps: object) -> bool:
@@ -217,7 +199,7 @@ def _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key):
     b, s, d = x.shape
     sc, sh = mod_layout(scale, b, s, d), mod_layout(shift, b, s, d)
     if sc is None or sh is None or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
-            or not _runs_here(x, weight, bias, scale, shift):
+            or not runs_here(x, weight, bias, scale, shift):
         return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     tensors, tail, options, grid = _arguments(y, None, x, None, None, weight, bias, (scale, *sc), (shift, *sh),
@@ -236,7 +218,7 @@ def _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps
     gt = None if gate is None else mod_layout(gate, b, s, d)
     if sc is None or sh is None or (gate is not None and gt is None) \
             or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
-            or not _runs_here(x, residual, gate, weight, bias, scale, shift):
+            or not runs_here(x, residual, gate, weight, bias, scale, shift):
         return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
     # SGLang's CuTe arithmetic keeps a same-dtype product in that dtype: gate·x is rounded to x's 16-bit dtype
     round_gate = gate is not None and gate.dtype == x.dtype and x.dtype != torch.float32

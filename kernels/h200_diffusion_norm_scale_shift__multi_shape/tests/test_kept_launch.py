@@ -1,7 +1,7 @@
-"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+"""The kept launch (kda_kernels.launch_cache) hands Triton's C launcher exactly what Triton's own dispatch hands it.
 
-Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline and swaps
-Triton's driver for a stand-in whose launcher records its arguments instead of launching. Each public function
+Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline, with
+Triton's driver swapped for a stand-in that records launches (``kda_lab.interpret.offline_launch``). Each public function
 is called twice per signature: the first call goes through ``kernel[grid]`` (Triton's dispatch), the second
 through the kept launch; the recorded grid, stream, function, packed metadata and arguments must agree (a
 pointer as the tensor there, as its ``data_ptr()`` here), with the second call's fresh outputs in the output
@@ -24,56 +24,15 @@ TASK_DIR = Path(__file__).resolve().parents[1]
 
 def _child() -> None:
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-    from triton.runtime.jit import JITFunction
 
+    from kda_lab.interpret.offline_launch import record_launches
     from kda_lab.task import load_task
     from kda_lab.task.schema import load_candidate
 
-    launches: list[dict[str, Any]] = []
-    dispatches = [0]
-
-    def describe(a: Any) -> Any:
-        return repr(a.data_ptr()) if isinstance(a, torch.Tensor) else repr(a)
-
-    class Utils:
-        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
-            return 1, 7, 64, 0, 1024
-
-        def get_device_properties(self, device: int) -> dict[str, int]:
-            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
-
-    class StandIn:
-        utils = Utils()
-
-        def get_current_target(self) -> GPUTarget:
-            return GPUTarget("cuda", 90, 32)
-
-        def get_current_device(self) -> int:
-            return 0
-
-        def get_current_stream(self, device: int | None = None) -> int:
-            return 1234
-
-        def launcher_cls(self, src: Any, metadata: Any) -> Any:
-            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
-                       enter: Any, exit_: Any, *args: Any) -> None:
-                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
-                                 "packed": repr(packed), "hooks": [type(enter).__name__, type(exit_).__name__],
-                                 "meta": meta is not None, "args": [describe(a) for a in args]})
-            return record
-
-    driver.set_active(StandIn())
-    real_run = JITFunction.run
-
-    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        dispatches[0] += 1
-        return real_run(self, *args, **kwargs)
-
-    JITFunction.run = counting_run
+    rec = record_launches()
+    launches = rec.launches
     reg = load_candidate(load_task(TASK_DIR))
-    reg._runs_here = lambda *t: True
+    reg.runs_here = lambda *t: True
     reg.KEEP_ON_CPU = True
     torch.set_grad_enabled(False)
     bf, f32 = torch.bfloat16, torch.float32
@@ -99,13 +58,13 @@ def _child() -> None:
         outs = [fn(*args), fn(*args)]
         flat = [[o.data_ptr()] if isinstance(o, torch.Tensor) else [t.data_ptr() for t in o] for o in outs]
         report[name] = {"launches": launches[start:], "outs": flat}
-    report["dispatches_before"] = dispatches[0]
+    report["dispatches_before"] = rec.dispatches
     buf = torch.randn(2 + 6 * d, dtype=bf)
     xm = buf[1:-1].view(1, 6, d)  # 2 bytes past an aligned address, same signature as the nss case
     reg.fused_norm_scale_shift(xm, None, None, mod[..., d:2 * d], mod[..., :d], "layer", 1e-6)
-    report["dispatches_after_misaligned"] = dispatches[0]
+    report["dispatches_after_misaligned"] = rec.dispatches
     reg.fused_norm_scale_shift(x, None, None, mod[..., d:2 * d], mod[..., :d], "layer", 1e-5)  # another eps
-    report["dispatches_after_new_eps"] = dispatches[0]
+    report["dispatches_after_new_eps"] = rec.dispatches
     from triton import knobs
 
     seen = []
@@ -114,7 +73,7 @@ def _child() -> None:
     reg.fused_norm_scale_shift(*cases["nss"][1])  # kept, with a hook registered
     knobs.runtime.launch_enter_hook.remove(seen.append)
     report["hooked"] = launches[start:]
-    report["dispatches_after_hooked"] = dispatches[0]
+    report["dispatches_after_hooked"] = rec.dispatches
     print(json.dumps(report))
 
 

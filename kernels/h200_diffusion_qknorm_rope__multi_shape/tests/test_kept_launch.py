@@ -3,7 +3,8 @@
 Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline, with
 Triton's driver swapped for a stand-in that records launches (``kda_lab.interpret.offline_launch``). Each
 signature is called twice: the first call goes through ``kernel[grid]`` (Triton's
-dispatch), the second through the kept launch; grid, stream, function, metadata, hooks and arguments must agree.
+dispatch), the second through the kept launch; grid, stream, function, packed metadata and arguments must agree
+(with no launch hook registered the kept launch passes None for the hooks and the launch metadata).
 A misaligned q (the kept binary assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
 """
 
@@ -68,7 +69,11 @@ def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     first, second = report["launches"][:2]
     assert first["args"][:6] == report["inputs"]
-    assert {k: v for k, v in first.items() if k != "args"} == {k: v for k, v in second.items() if k != "args"}
+    same = ("grid", "stream", "function", "packed")
+    assert {k: first[k] for k in same} == {k: second[k] for k in same}
+    # Triton's hook chains are empty: the kept launch hands the launcher None for them and no launch metadata
+    assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"]
+    assert first["meta"] and not second["meta"]
     assert first["args"] == second["args"]
     assert report["dispatches_before_misaligned"] == 1  # the second call was the kept launch
     assert report["dispatches_after_aligned"] == 1  # other aligned pointers, same signature: kept launch
