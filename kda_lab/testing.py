@@ -57,6 +57,19 @@ def candidate_under_test(test_file: str) -> CandidateUnderTest:
                               floats=floats)
 
 
+class HandedOver:
+    """Stands in for SGLang's function inside a candidate module (monkeypatch it over the candidate's captured
+    fallback): counts the calls handed over and returns a sentinel the test can recognize."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.result = object()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.result
+
+
 def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
     if os.environ.get("TRITON_INTERPRET") == "1":  # CPU hosts (conftest.py); GPU runs keep SGLang as it is
         from kda_lab.interpret import install_shims

@@ -76,3 +76,19 @@ def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
 
     JITFunction.run = counting_run
     return rec
+
+
+def child_report(test_file: str, timeout_s: int = 900) -> dict[str, Any]:
+    """Run ``python test_file --child`` with the interpreter off (the child calls :func:`record_launches` and
+    prints one JSON report as its last line) and return that report; a failed child fails the calling test."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, test_file, "--child"], env=env, capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise AssertionError(f"{test_file} --child exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kda_lab.families.fuse_scale_shift import residual_select01_oracle, select01_oracle
-from kda_lab.testing import candidate_under_test
+from kda_lab.testing import HandedOver, candidate_under_test
 
 UNDER_TEST = candidate_under_test(__file__)
 TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
@@ -167,19 +167,11 @@ def test_wrong_variants_are_rejected() -> None:
 
 # ------------------------------------------------------------------------------------ fallbacks
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.result = object()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        return self.result
 
 
 @pytest.fixture
-def fallbacks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Recorder]:
-    rec = {PLAIN: Recorder(), RESID: Recorder()}
+def fallbacks(monkeypatch: pytest.MonkeyPatch) -> dict[str, HandedOver]:
+    rec = {PLAIN: HandedOver(), RESID: HandedOver()}
     monkeypatch.setattr(CAND, "_sglang_select01", rec[PLAIN])
     monkeypatch.setattr(CAND, "_sglang_residual_select01", rec[RESID])
     return rec
@@ -211,7 +203,7 @@ def outside(residual: bool) -> dict[str, Callable[[dict[str, Any]], dict[str, An
 
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-def test_outside_contract_goes_to_sglang(residual: bool, fallbacks: dict[str, Recorder]) -> None:
+def test_outside_contract_goes_to_sglang(residual: bool, fallbacks: dict[str, HandedOver]) -> None:
     base = make(2, 3, 64, torch.float32, residual=residual, affine=True)
     fn = RESID if residual else PLAIN
     for name, edit in outside(residual).items():

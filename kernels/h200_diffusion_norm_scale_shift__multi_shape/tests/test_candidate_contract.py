@@ -23,6 +23,7 @@ from kda_lab.measure.correctness import check_row, compare
 from kda_lab.task import load_task
 from kda_lab.task.schema import load_candidate
 from kda_lab.task.workloads import TensorSpec
+from kda_lab.testing import HandedOver
 
 TASK = load_task(Path(__file__).resolve().parents[1])
 ON_GPU = torch.cuda.is_available()
@@ -37,28 +38,18 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 LOW = F16 if not ON_GPU else BF16  # the 16-bit activation dtype these tests mix with fp32 operands
 
 
-class Recorder:
-    """Stands in for SGLang's function in the candidate module: records that the call was handed over."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.result = object()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        return self.result
 
 
 @pytest.fixture
-def sglang(monkeypatch: pytest.MonkeyPatch) -> dict[str, Recorder]:
-    rec = {"nss": Recorder(), "srnss": Recorder()}
+def sglang(monkeypatch: pytest.MonkeyPatch) -> dict[str, HandedOver]:
+    rec = {"nss": HandedOver(), "srnss": HandedOver()}
     monkeypatch.setattr(CAND, "_sglang_nss", rec["nss"])
     monkeypatch.setattr(CAND, "_sglang_srnss", rec["srnss"])
     return rec
 
 
 @pytest.fixture
-def no_fallback(sglang: dict[str, Recorder]) -> dict[str, Recorder]:
+def no_fallback(sglang: dict[str, HandedOver]) -> dict[str, HandedOver]:
     yield sglang
     assert sglang["nss"].calls == 0 and sglang["srnss"].calls == 0, "the call went to SGLang"
 
@@ -112,7 +103,7 @@ BY_NAME = {w.name: w for w in TASK.workloads}
 
 @pytest.mark.parametrize("dtype", [None, *DTYPES])
 @pytest.mark.parametrize("row", ROWS)
-def test_task_row_reduced(row: str, dtype: str | None, no_fallback: dict[str, Recorder]) -> None:
+def test_task_row_reduced(row: str, dtype: str | None, no_fallback: dict[str, HandedOver]) -> None:
     """Every task row (production rows at <= 48 tokens), in its own dtypes (GPU: bf16 as captured; CPU: the row's
     bf16 tensors as fp16) and with every tensor in one dtype."""
     w = _reduced(BY_NAME[row])
@@ -299,7 +290,7 @@ RES_FALLBACKS = {
 
 
 @pytest.mark.parametrize("case", list(FALLBACKS))
-def test_outside_the_contract_goes_to_sglang(case: str, sglang: dict[str, Recorder]) -> None:
+def test_outside_the_contract_goes_to_sglang(case: str, sglang: dict[str, HandedOver]) -> None:
     a = FALLBACKS[case]()
     with torch.set_grad_enabled(case == "requires grad"):
         assert CAND.fused_norm_scale_shift(**a) is sglang["nss"].result
@@ -311,7 +302,7 @@ def test_outside_the_contract_goes_to_sglang(case: str, sglang: dict[str, Record
 
 
 @pytest.mark.parametrize("case", list(RES_FALLBACKS))
-def test_residual_form_outside_the_contract_goes_to_sglang(case: str, sglang: dict[str, Recorder]) -> None:
+def test_residual_form_outside_the_contract_goes_to_sglang(case: str, sglang: dict[str, HandedOver]) -> None:
     assert CAND.fused_scale_residual_norm_scale_shift(**RES_FALLBACKS[case]()) is sglang["srnss"].result
     assert sglang["srnss"].calls == 1
 

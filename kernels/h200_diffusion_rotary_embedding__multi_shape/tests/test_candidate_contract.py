@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_lab.testing import candidate_under_test
+from kda_lab.testing import HandedOver, candidate_under_test
 
 UNDER_TEST = candidate_under_test(__file__)
 TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
@@ -33,21 +33,11 @@ def sglang(fn: str) -> Callable[..., Any]:
     return interpretable(module, name)
 
 
-class Recorder:
-    """Stands in for SGLang's function in the candidate module: records that the call was handed over."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.result = object()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        return self.result
 
 
 @pytest.fixture
-def fallbacks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Recorder]:
-    rec = {"apply_rotary_embedding": Recorder(), "apply_ltx2_split_rotary_emb": Recorder()}
+def fallbacks(monkeypatch: pytest.MonkeyPatch) -> dict[str, HandedOver]:
+    rec = {"apply_rotary_embedding": HandedOver(), "apply_ltx2_split_rotary_emb": HandedOver()}
     monkeypatch.setattr(CAND, "_sglang_rotary", rec["apply_rotary_embedding"])
     monkeypatch.setattr(CAND, "_sglang_ltx2", rec["apply_ltx2_split_rotary_emb"])
     return rec
@@ -81,7 +71,7 @@ def rope_cases(dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor
 @pytest.mark.parametrize("kernel", ["registered", "gptj_rope", "gptj_rope_headloop"])
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", list(rope_cases(torch.float32)))
-def test_rope_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, kernel: str, fallbacks: dict[str, Recorder],
+def test_rope_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, kernel: str, fallbacks: dict[str, HandedOver],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The registered launcher and each GPT-J kernel file (the variant is one import line away in register.py)."""
     if kernel != "registered":
@@ -114,7 +104,7 @@ def ltx2_cases(dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor
 @pytest.mark.parametrize("plan", [p.__name__ for p in CAND.PLANS_LTX2])
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", list(ltx2_cases(torch.float32)))
-def test_ltx2_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, plan: str, fallbacks: dict[str, Recorder],
+def test_ltx2_runs_its_kernel_bit_exact(case: str, dtype: torch.dtype, plan: str, fallbacks: dict[str, HandedOver],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each LTX-2 tile plan (the variant is one line away in register.py)."""
     monkeypatch.setattr(CAND, "plan_ltx2", next(p for p in CAND.PLANS_LTX2 if p.__name__ == plan))
@@ -174,7 +164,7 @@ def rope_outside() -> dict[str, tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("case", list(rope_outside()))
-def test_rope_outside_contract_goes_to_sglang(case: str, fallbacks: dict[str, Recorder]) -> None:
+def test_rope_outside_contract_goes_to_sglang(case: str, fallbacks: dict[str, HandedOver]) -> None:
     rec = fallbacks["apply_rotary_embedding"]
     assert CAND.apply_rotary_embedding(*rope_outside()[case]) is rec.result
     assert rec.calls == 1
@@ -196,7 +186,7 @@ def ltx2_outside() -> dict[str, tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("case", list(ltx2_outside()))
-def test_ltx2_outside_contract_goes_to_sglang(case: str, fallbacks: dict[str, Recorder]) -> None:
+def test_ltx2_outside_contract_goes_to_sglang(case: str, fallbacks: dict[str, HandedOver]) -> None:
     rec = fallbacks["apply_ltx2_split_rotary_emb"]
     assert CAND.apply_ltx2_split_rotary_emb(*ltx2_outside()[case]) is rec.result
     assert rec.calls == 1
@@ -220,7 +210,7 @@ def strided_last() -> dict[str, tuple[str, tuple[Any, ...]]]:
 
 
 @pytest.mark.parametrize("case", list(strided_last()))
-def test_strided_last_dims_answer_like_their_dense_copies(case: str, fallbacks: dict[str, Recorder]) -> None:
+def test_strided_last_dims_answer_like_their_dense_copies(case: str, fallbacks: dict[str, HandedOver]) -> None:
     fn, args = strided_last()[case]
     dense = tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
     out = getattr(CAND, fn)(*args)
