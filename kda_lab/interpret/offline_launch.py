@@ -32,8 +32,10 @@ class Recorder:
         return repr(a.data_ptr()) if isinstance(a, torch.Tensor) else repr(a)
 
 
-def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
-    """Install the recording stand-in as Triton's active driver (for this process) and count dispatches."""
+def record_launches(capability: int = 90, sm_count: int = 132, record: bool = True) -> Recorder:
+    """Install the recording stand-in as Triton's active driver (for this process) and count dispatches.
+    ``record=False`` gives a launcher that does nothing at all: host-cost probes time the Python path without
+    the recorder's own work (``kernels/*/profile/host_cpu.py``)."""
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
@@ -45,7 +47,8 @@ def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
             return 1, 7, 64, 0, 1024  # module, function, registers, spills, max threads: never used
 
         def get_device_properties(self, device: int) -> dict[str, int]:
-            return {"max_shared_mem": 232448, "multiprocessor_count": sm_count}
+            return {"max_shared_mem": 232448, "multiprocessor_count": sm_count, "max_num_regs": 65536,
+                    "warpSize": 32}
 
     class StandIn:
         utils = Utils()
@@ -59,13 +62,21 @@ def record_launches(capability: int = 90, sm_count: int = 132) -> Recorder:
         def get_current_stream(self, device: int | None = None) -> int:
             return 1234
 
+        def get_active_torch_device(self) -> Any:
+            import torch
+
+            return torch.device("cpu")  # CPU tensors stand for CUDA ones: the launcher touches no memory
+
         def launcher_cls(self, src: Any, metadata: Any) -> Any:
-            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
+            if not record:
+                return lambda *args: None
+
+            def record_launch(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
                        enter: Any, exit_: Any, *args: Any) -> None:
                 rec.launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
                                      "packed": repr(packed), "hooks": [type(enter).__name__, type(exit_).__name__],
                                      "meta": meta is not None, "args": [rec.describe(a) for a in args]})
-            return record
+            return record_launch
 
     driver.set_active(StandIn())
     real_run = JITFunction.run

@@ -1,7 +1,8 @@
 """A new row count never compiles a new kernel, and a repeated signature skips Triton's dispatch.
 
 Runs on a CPU host: a child process without the interpreter swaps Triton's driver for a stand-in (sm_90a target,
-a C launcher that records its arguments instead of launching) and compiles the real kernels offline. Through the
+a C launcher that records its arguments instead of launching: ``kda_lab.interpret.offline_launch``) and compiles
+the real kernels offline. Through the
 candidate's public functions, a sweep over many distinct row counts (the kept-launch caches cleared before every
 call, so each call goes through Triton's dispatch) must leave exactly one compiled kernel in Triton's cache per
 launch plan, while the same sweep through SGLang's one-pass kernel (SEQ a constexpr) leaves one per row count: the
@@ -12,8 +13,6 @@ the same grid, function, metadata and non-pointer arguments Triton's dispatch di
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,56 +28,13 @@ SGLANG_ROWS = (8192, 8195, 9001)
 
 def _child() -> None:
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-    from triton.runtime.jit import JITFunction
 
+    from kda_lab.interpret.offline_launch import record_launches
     from kda_lab.task import load_task
     from kda_lab.task.schema import load_candidate
 
-    launches: list[dict[str, Any]] = []
-    dispatches = [0]
-
-    def describe(a: Any) -> Any:
-        return ["tensor", a.data_ptr()] if isinstance(a, torch.Tensor) else repr(a)
-
-    class Utils:
-        def load_binary(self, *a: Any) -> tuple[int, int, int, int, int]:
-            return 1, 7, 64, 0, 1024
-
-        def get_device_properties(self, device: int) -> dict[str, int]:
-            return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
-
-    class StandIn:
-        utils = Utils()
-
-        def get_current_target(self) -> GPUTarget:
-            return GPUTarget("cuda", 90, 32)
-
-        def get_current_device(self) -> int:
-            return 0
-
-        def get_current_stream(self, device: int | None = None) -> int:
-            return 1234
-
-        def get_active_torch_device(self) -> Any:
-            return torch.device("cpu")
-
-        def launcher_cls(self, src: Any, metadata: Any) -> Any:
-            def record(g0: int, g1: int, g2: int, stream: int, function: Any, packed: Any, meta: Any,
-                       enter: Any, exit_: Any, *args: Any) -> None:
-                launches.append({"grid": [g0, g1, g2], "stream": stream, "function": function,
-                                 "packed": repr(packed), "args": [describe(a) for a in args]})
-            return record
-
-    driver.set_active(StandIn())
-    real_run = JITFunction.run
-
-    def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        dispatches[0] += 1
-        return real_run(self, *args, **kwargs)
-
-    JITFunction.run = counting_run
+    rec = record_launches()
+    launches = rec.launches
     reg = load_candidate(load_task(TASK_DIR))
     kernel_mod = sys.modules[reg.launch.__module__]
     jit = kernel_mod._norm_rows_kernel
@@ -118,23 +74,17 @@ def _child() -> None:
     # 4. kept launch: the second call of a signature does not dispatch and repeats the first launch
     reg.ONE_PASS_LAUNCHES.clear()
     x = torch.randn(4096, 128, dtype=torch.bfloat16)
-    d0, l0 = dispatches[0], len(launches)
+    d0, l0 = rec.dispatches, len(launches)
     outs = [reg.triton_one_pass_rms_norm(x, w, 1e-6).data_ptr() for _ in range(2)]
-    report["kept"] = {"dispatches": dispatches[0] - d0, "launches": launches[l0:], "outs": outs,
+    report["kept"] = {"dispatches": rec.dispatches - d0, "launches": launches[l0:], "outs": outs,
                       "x": x.data_ptr(), "w": w.data_ptr()}
     print(json.dumps(report))
 
 
-def _run_child() -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_row_count_is_not_specialized_and_kept_launch_repeats_dispatch() -> None:
-    report = _run_child()
+    from kda_lab.interpret.offline_launch import child_report
+
+    report = child_report(__file__)
     one = report["one_pass"]
     assert one["plans"] == 1 and one["compiled"] == 1, one  # 8 row counts, one plan, one compiled kernel
     ni = report["norm_infer"]
@@ -146,9 +96,10 @@ def test_row_count_is_not_specialized_and_kept_launch_repeats_dispatch() -> None
     first, second = kept["launches"]
     for launch, out in zip((first, second), kept["outs"], strict=True):
         # X, Y, W, B (B: x as the dummy of an absent bias)
-        assert launch["args"][:4] == [["tensor", kept["x"]], ["tensor", out], ["tensor", kept["w"]],
-                                      ["tensor", kept["x"]]]
-    assert {k: v for k, v in first.items() if k != "args"} == {k: v for k, v in second.items() if k != "args"}
+        assert launch["args"][:4] == [repr(kept["x"]), repr(out), repr(kept["w"]), repr(kept["x"])]
+    same = ("grid", "stream", "function", "packed")
+    assert {k: first[k] for k in same} == {k: second[k] for k in same}
+    assert second["hooks"] == ["NoneType", "NoneType"] and not second["meta"]  # no hook registered: none passed
     assert first["args"][4:] == second["args"][4:]  # rows, width, strides, eps and the constexprs
 
 

@@ -22,37 +22,8 @@ from typing import Any
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.runtime.driver import driver  # noqa: E402
 
-
-class _Utils:
-    def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[int, int, int, int, int]:
-        return 1, 1, 64, 0, 1024
-
-    def get_device_properties(self, device: int) -> dict[str, int]:
-        return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
-
-
-class _StandInDriver:
-    """The pieces of Triton's CUDA driver that dispatch touches, with a launcher that launches nothing."""
-
-    utils = _Utils()
-
-    def get_current_target(self) -> GPUTarget:
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def launcher_cls(self, src: Any, metadata: Any) -> Any:
-        return lambda *args: None
-
-    def get_active_torch_device(self) -> torch.device:
-        return torch.device("cpu")
+from kda_lab.interpret.offline_launch import record_launches  # noqa: E402
 
 
 def load_src(src: Path) -> types.ModuleType:
@@ -85,7 +56,7 @@ def per_call_us(fn: Any, args: tuple[Any, ...], calls: int = 500) -> float:
 
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "src"
-    driver.set_active(_StandInDriver())
+    record_launches(record=False)  # a launcher that does nothing, Triton compiling for sm_90a
     from sglang.kernels.ops.diffusion.rope.ltx2_rotary_triton import apply_ltx2_split_rotary_emb as sgl_ltx2
 
     reg = load_src(src)
