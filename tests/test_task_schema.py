@@ -66,3 +66,21 @@ def test_zero_inputs_are_rejected(lab_copy: Path):
     p.write_text(p.read_text().replace('x = { shape = [1, 16, 64], dtype = "bfloat16" }',
                                        'x = { shape = [1, 16, 64], dtype = "bfloat16", dist = "const", mean = 0.0 }'))
     assert any("all-zero inputs" in x for x in validate_task_dir(lab_copy))
+
+
+def test_the_source_hash_covers_the_kda_kernels_helpers_a_candidate_imports(tmp_path, monkeypatch):
+    """A candidate that runs kda_kernels.launch_cache on its host path is measured with it: a changed helper is a
+    new source hash (new evidence), while a candidate that does not import it keeps its hash."""
+    from kda_lab.task import schema
+
+    helper = tmp_path / "launch_cache.py"
+    helper.write_text("VERSION = 1\n")
+    monkeypatch.setattr(schema, "_helper_path", lambda name: helper if name == "launch_cache" else None)
+    uses, plain = tmp_path / "uses" / "src", tmp_path / "plain" / "src"
+    for d, body in ((uses, "from kda_kernels.launch_cache import runs_here\n"), (plain, "import torch\n")):
+        d.mkdir(parents=True)
+        (d / "register.py").write_text(body + "EXPORTS = {}\n")
+    before = schema.source_hash(uses), schema.source_hash(plain)
+    helper.write_text("VERSION = 2\n")
+    assert schema.source_hash(uses) != before[0]
+    assert schema.source_hash(plain) == before[1]

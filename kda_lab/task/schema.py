@@ -168,14 +168,37 @@ def all_task_dirs() -> list[Path]:
     return sorted(p.parent for p in root.glob("*/task.toml")) if root.exists() else []
 
 
+# Runtime helpers of kda_kernels that a candidate's host path runs (kept launches, runs_here): a candidate that
+# imports one is measured with it, so the helper's bytes are part of that candidate's source hash and a changed
+# helper needs new evidence (the exporter's gate and `export.py --check` see it).
+HASHED_HELPERS = ("launch_cache",)
+
+
+def _helper_path(name: str) -> Path | None:
+    spec = importlib.util.find_spec("kda_kernels")  # locates the package without importing it (no torch here)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / f"{name}.py"
+
+
 def source_hash(src_dir: Path) -> str:
-    """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded."""
+    """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded, plus each
+    kda_kernels helper of HASHED_HELPERS that a source imports (``kda_kernels.<helper>``)."""
     h = hashlib.sha256()
+    texts = []
     for p in sorted(src_dir.rglob("*")):
         rel = p.relative_to(src_dir)
         if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".so", ".o") or "build" in rel.parts:
             continue
-        h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+        data = p.read_bytes()
+        h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + data + b"\0")
+        if p.suffix == ".py":
+            texts.append(data)
+    for name in HASHED_HELPERS:
+        if any(f"kda_kernels.{name}".encode() in t for t in texts):
+            path = _helper_path(name)
+            helper = path.read_bytes() if path is not None and path.is_file() else b"<missing>"
+            h.update(f"kda_kernels/{name}.py".encode() + b"\0" + helper + b"\0")
     return h.hexdigest()[:16]
 
 
