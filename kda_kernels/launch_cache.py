@@ -71,9 +71,6 @@ class KeptLaunch:
                       self.kernel.launch_metadata(grid, stream, *args), enter, exit_, *args)
 
 
-CachedLaunch = KeptLaunch  # the name the first candidates import
-
-
 def keep(kernel: Any, grid: tuple[int, ...], tail: tuple[Any, ...] = ()) -> KeptLaunch | None:
     """The launch to repeat for later calls of the signature ``kernel`` (what ``jit_fn[grid](...)`` returned) was
     compiled for; None under the interpreter, where ``kernel[grid]`` returns no CompiledKernel."""
@@ -117,10 +114,19 @@ def current_device() -> int:
     return driver.active.get_current_device()
 
 
-def aligned16(*tensors: torch.Tensor) -> bool:
-    """Every tensor's address is a multiple of 16 bytes. Triton specializes pointer arguments on it; entries are
-    made and used only for all-aligned calls, so the key need not carry the alignment."""
-    return all(t.data_ptr() & 15 == 0 for t in tensors)
+def aligned16(*tensors: torch.Tensor | None) -> bool:
+    """Every tensor's address is a multiple of 16 bytes (None entries, absent optional arguments, are skipped).
+    Triton specializes pointer arguments on it; entries are made and used only for all-aligned calls, so the key
+    need not carry the alignment."""
+    return all(t.data_ptr() & 15 == 0 for t in tensors if t is not None)
+
+
+def may_repeat(*tensors: torch.Tensor | None) -> bool:
+    """The per-call conditions a signature does not decide, for keeping or repeating a launch: nothing records
+    autograd, torch.compile is not tracing, and every pointer is 16-byte aligned (what the kept binary assumes)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return False
+    return not torch.compiler.is_compiling() and aligned16(*tensors)
 
 
 def runs_here(*tensors: torch.Tensor | None) -> bool:

@@ -55,3 +55,16 @@ def test_import_kda_kernels_loads_neither_the_helpers_nor_triton() -> None:
     out = subprocess.run([sys.executable, "-c", "import kda_kernels, sys; print('kda_kernels.launch_cache' in "
                           "sys.modules, 'triton' in sys.modules)"], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_may_repeat_needs_no_autograd_no_tracing_and_aligned_pointers() -> None:
+    t = torch.empty(64, dtype=torch.float16)
+    if t.data_ptr() & 15:
+        pytest.skip("this allocation is not 16-byte aligned: the aligned case cannot be built here")
+    assert lc.may_repeat(t, None) and lc.aligned16(t, None)
+    assert not lc.may_repeat(t, t[1:])  # a 2-byte offset: the kept binary assumed aligned pointers
+    g = torch.empty(64, requires_grad=True)
+    if g.data_ptr() & 15 == 0:
+        assert not lc.may_repeat(t, g)
+        with torch.no_grad():
+            assert lc.may_repeat(t, g)

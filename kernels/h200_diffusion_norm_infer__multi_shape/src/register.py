@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, keep, runs_here
+from kda_kernels.launch_cache import LaunchCache, current_device, keep, may_repeat, runs_here
 
 from .norm_kernel import MAX_ROW_BYTES, Plan, launch, needs_row64, plan_norm_infer, plan_one_pass
 
@@ -50,8 +50,6 @@ NORM_LAUNCHES = LaunchCache()  # signature -> (kept launch, constant arguments)
 ONE_PASS_LAUNCHES = LaunchCache()
 
 _Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -88,12 +86,6 @@ def _out_self_overlapping(out: torch.Tensor) -> bool:
     return not (sm >= 1 and sn >= 1 and (sm >= n * sn or sn >= m * sm))
 
 
-def _may_repeat(*tensors: torch.Tensor) -> bool:
-    """The per-call conditions a signature does not decide (a kept launch was compiled for aligned pointers)."""
-    if _grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not _is_compiling() and aligned16(*tensors)
-
 
 def _tensor_key(t: Any) -> tuple[object, ...] | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
@@ -122,7 +114,7 @@ def norm_infer(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
         w = weight if weight is not None else x
         b = bias if bias is not None else x
-        if _may_repeat(y, x, w, b) and (out is None or not _overlaps(out, x)):
+        if may_repeat(y, x, w, b) and (out is None or not _overlaps(out, x)):
             kept(x, y, w, b, *tail_m, eps, *tail_c)
             return y
     return _norm_infer_checked(x, weight, bias, eps, is_rms_norm, out, key)
@@ -156,7 +148,7 @@ def _norm_infer_checked(x: Any, weight: Any, bias: Any, eps: Any, is_rms_norm: A
     if key is not None and not copied:
         w = weight if weight is not None else x
         b = bias if bias is not None else x
-        if _may_repeat(y, x, w, b):
+        if may_repeat(y, x, w, b):
             kept = keep(kernel, (-(-m // plan.rows),))
             NORM_LAUNCHES.keep(key, None if kept is None else (kept, _tails(plan, x, y, weight, bias, m, n, is_rms)))
     return y
@@ -184,7 +176,7 @@ def triton_one_pass_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6
     if hit is not None:
         kept, (tail_m, tail_c) = hit
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        if _may_repeat(y, x, w):
+        if may_repeat(y, x, w):
             kept(x, y, w, x, *tail_m, eps, *tail_c)
             return y
     return _one_pass_checked(x, w, eps, key)
@@ -206,7 +198,7 @@ def _one_pass_checked(x: Any, w: Any, eps: Any, key: tuple[object, ...] | None) 
     if needs_row64(s, plan.rows, x2, y2):
         plan = replace(plan, row64=True)
     kernel = launch(plan, y2, x2, w, None, s, d, float(eps), True)
-    if key is not None and (in_place or x.is_contiguous()) and _may_repeat(y, x, w):
+    if key is not None and (in_place or x.is_contiguous()) and may_repeat(y, x, w):
         # x itself stands for its [S, D] rows: the launch passes only its address; the strides are in the tail
         kept = keep(kernel, (-(-s // plan.rows),))
         ONE_PASS_LAUNCHES.keep(key, None if kept is None else (kept, _tails(plan, x2, y2, w, None, s, d, True)))

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, current_device, launch_and_keep, runs_here
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, launch_and_keep, runs_here
 
 from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
 
@@ -76,7 +76,7 @@ def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: t
                    scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
                    shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
                    norm_type, eps, current_device())
-            hit = NSS_LAUNCHES.entries.get(key)
+            hit = NSS_LAUNCHES.get(key)
         except (TypeError, AttributeError, RuntimeError):  # an odd argument or an unhashable one: checked path
             key = hit = None
         if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
@@ -104,7 +104,7 @@ def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tenso
                    scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
                    shift.__class__, shift.shape, shift.stride(), shift.dtype, shift.get_device(),
                    norm_type, eps, current_device())
-            hit = SRNSS_LAUNCHES.entries.get(key)
+            hit = SRNSS_LAUNCHES.get(key)
         except (TypeError, AttributeError, RuntimeError):
             key = hit = None
         if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
@@ -124,17 +124,10 @@ def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tenso
 
 # ------------------------------------------------------------------------------------------------ checked path
 
-def _aligned(*tensors: torch.Tensor | None) -> bool:
-    bits = 0
-    for t in tensors:
-        if t is not None:
-            bits |= t.data_ptr()
-    return bits & 15 == 0
-
 
 def _keep(cache: LaunchCache, key: object, kept: Any, x: torch.Tensor, *tensors: torch.Tensor | None) -> None:
     """Keep a compiled launch for its signature: only for all-aligned pointers (the binary was specialized on it)."""
-    if key is not None and kept is not None and _aligned(x, *tensors):
+    if key is not None and kept is not None and aligned16(x, *tensors):
         cache.keep(key, (kept, x.is_contiguous()))
 
 

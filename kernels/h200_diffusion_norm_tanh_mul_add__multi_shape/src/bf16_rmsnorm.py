@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_kernels.launch_cache import CachedLaunch, launch_and_keep
+from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
 
 NUM_WARPS = 8  # SGLang's: the reduction tree depends on it
 
@@ -138,7 +138,7 @@ def rmsnorm_tanh_residual_kernel(
 
 def launch_scale(out2: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                  x_rows: int, x_row_stride: int, scale_rows: int, scale_row_stride: int,
-                 eps: float) -> CachedLaunch | None:
+                 eps: float) -> KeptLaunch | None:
     """One program per row (SGLang's grid); ``out2`` is y viewed as [x_rows, D]. Returns the launch to repeat
     for later calls of the same signature (None under the interpreter)."""
     dim = x.shape[-1]
@@ -148,7 +148,7 @@ def launch_scale(out2: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, scal
 
 def launch_tanh_residual(out2: torch.Tensor, x: torch.Tensor, gate: torch.Tensor, residual: torch.Tensor,
                          weight: torch.Tensor, x_rows: int, x_row_stride: int, gate_rows: int,
-                         gate_row_stride: int, residual_row_stride: int, eps: float) -> CachedLaunch | None:
+                         gate_row_stride: int, residual_row_stride: int, eps: float) -> KeptLaunch | None:
     """One program per row (SGLang's grid); ``out2`` is y viewed as [x_rows, D]."""
     dim = x.shape[-1]
     tail = (x_row_stride, gate_row_stride, residual_row_stride, x_rows // gate_rows, dim, eps,

@@ -22,7 +22,7 @@ import torch
 
 from kda_kernels import lazy_baseline
 from kda_kernels.contracts import flat_row_stride
-from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, may_repeat
 
 from .bf16_rmsnorm import launch_scale, launch_tanh_residual
 
@@ -107,16 +107,12 @@ def _signature(eps: object, *tensors: torch.Tensor) -> tuple[object, ...] | None
     return (*key, current_device())
 
 
-def _may_repeat(*tensors: torch.Tensor) -> bool:
-    """Per-call conditions a signature does not decide (a kept launch was compiled for aligned pointers)."""
-    return not torch.compiler.is_compiling() and aligned16(*tensors)
-
 
 def rmsnorm_scale(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor | None:
     """BF16-native ``RMSNorm(x) * scale`` (SGLang's), or ``None`` where SGLang returns ``None``."""
     key = _signature(eps, x, weight, scale)
     kept = SCALE_LAUNCHES.get(key) if key is not None else None
-    if kept is not None and _may_repeat(x, weight, scale):
+    if kept is not None and may_repeat(x, weight, scale):
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         kept(out, x, weight, scale)
         return out
@@ -133,7 +129,7 @@ def _scale_checked(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, e
     with torch.cuda.device(x.device):
         kept = launch_scale(out.view(x_rows, x.shape[-1]), x, weight, scale, x_rows, x_stride, scale_rows,
                             scale_stride, eps)
-    if key is not None and _may_repeat(x, weight, scale) and current_device() == x.get_device():
+    if key is not None and may_repeat(x, weight, scale) and current_device() == x.get_device():
         SCALE_LAUNCHES.keep(key, kept)
     return out
 
@@ -143,7 +139,7 @@ def rmsnorm_tanh_residual(x: torch.Tensor, gate: torch.Tensor, residual: torch.T
     """BF16-native ``residual + tanh(gate) * RMSNorm(x)`` (SGLang's), or ``None`` where SGLang returns ``None``."""
     key = _signature(eps, x, gate, residual, weight)
     kept = TANH_LAUNCHES.get(key) if key is not None else None
-    if kept is not None and _may_repeat(x, gate, residual, weight):
+    if kept is not None and may_repeat(x, gate, residual, weight):
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         kept(out, x, gate, residual, weight)
         return out
@@ -160,7 +156,7 @@ def _tanh_checked(x: torch.Tensor, gate: torch.Tensor, residual: torch.Tensor, w
     with torch.cuda.device(x.device):
         kept = launch_tanh_residual(out.view(x_rows, x.shape[-1]), x, gate, residual, weight, x_rows, x_stride,
                                     gate_rows, gate_stride, res_stride, eps)
-    if key is not None and _may_repeat(x, gate, residual, weight) and current_device() == x.get_device():
+    if key is not None and may_repeat(x, gate, residual, weight) and current_device() == x.get_device():
         TANH_LAUNCHES.keep(key, kept)
     return out
 

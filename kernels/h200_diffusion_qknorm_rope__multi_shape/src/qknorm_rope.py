@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from kda_kernels.launch_cache import CachedLaunch, launch_and_keep
+from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
 
 INT32_LIMIT = 2**31 - 1
 TILE_ELEMS = 4096  # elements of q/k per program on large rows (8 KB of bf16)
@@ -235,7 +235,7 @@ def _pdl(device: torch.device) -> bool:
 
 def launch(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
            cache: torch.Tensor, positions: torch.Tensor, eps: float, rope_dim: int, is_neox: bool,
-           full_width: bool) -> CachedLaunch | None:
+           full_width: bool) -> KeptLaunch | None:
     """Normalize and rotate q [N,Hq,D] and k [N,Hk,D] in place (the caller has checked the contract and that
     there is work). Returns the launch to repeat for later calls of the same signature (None under the
     interpreter)."""

@@ -35,7 +35,7 @@ import numbers
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, runs_here
+from kda_kernels.launch_cache import LaunchCache, current_device, may_repeat, runs_here
 
 from .qknorm_rope import launch
 
@@ -58,12 +58,6 @@ def _signature(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weigh
     return (*((t.shape, t.stride(), t.dtype, t.device) for t in tensors), current_device(), *extra)
 
 
-def _may_repeat(*tensors: torch.Tensor) -> bool:
-    """The per-call conditions a signature does not decide (a kept launch was compiled for aligned pointers)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not torch.compiler.is_compiling() and aligned16(*tensors)
-
 
 def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                               cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool,
@@ -74,7 +68,7 @@ def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.
         key = _signature(q, k, q_weight, k_weight, cos_sin_cache, positions, is_neox, eps, head_dim, rope_dim,
                          cache_has_full_width)
     kept = LAUNCHES.get(key) if key is not None else None
-    if kept is not None and _may_repeat(q, k, q_weight, k_weight, cos_sin_cache, positions):
+    if kept is not None and may_repeat(q, k, q_weight, k_weight, cos_sin_cache, positions):
         kept(q, k, q_weight, k_weight, cos_sin_cache, positions)
         return None
     return _checked(q, k, q_weight, k_weight, cos_sin_cache, positions, is_neox, eps, head_dim, rope_dim,
@@ -147,7 +141,7 @@ def _checked(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight:
     if q.shape[0] == 0 or q.shape[1] + k.shape[1] == 0:
         return None
     kept = launch(q, k, q_weight, k_weight, cache, positions, float(eps), rope, is_neox, full_width)
-    if key is not None and _may_repeat(q, k, q_weight, k_weight, cache, positions):
+    if key is not None and may_repeat(q, k, q_weight, k_weight, cache, positions):
         LAUNCHES.keep(key, kept)
     return None
 
