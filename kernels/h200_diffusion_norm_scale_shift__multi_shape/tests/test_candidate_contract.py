@@ -10,8 +10,6 @@ interpreter truncates fp32 -> bf16 casts)."""
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,19 +18,12 @@ import torch
 from kda_lab.families import contract
 from kda_lab.families.norm_scale_shift import norm_scale_shift_oracle, scale_residual_norm_scale_shift_oracle
 from kda_lab.measure.correctness import check_row, compare
-from kda_lab.task import load_task
-from kda_lab.task.schema import load_candidate
 from kda_lab.task.workloads import TensorSpec
-from kda_lab.testing import HandedOver
+from kda_lab.testing import HandedOver, candidate_under_test
 
-TASK = load_task(Path(__file__).resolve().parents[1])
-ON_GPU = torch.cuda.is_available()
-DEVICE = "cuda" if ON_GPU else "cpu"
-if not ON_GPU and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs a CUDA GPU or the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py)",
-                allow_module_level=True)
-
-CAND = load_candidate(TASK)
+UNDER_TEST = candidate_under_test(__file__)
+TASK, CAND, DEVICE = UNDER_TEST.task, UNDER_TEST.module, UNDER_TEST.device
+ON_GPU = DEVICE == "cuda"
 DTYPES = ("float32", "float16", "bfloat16") if ON_GPU else ("float32", "float16")
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 LOW = F16 if not ON_GPU else BF16  # the 16-bit activation dtype these tests mix with fp32 operands
