@@ -551,3 +551,19 @@ def test_the_committed_group_norm_promotion_passes_the_new_rules():
     m = json.loads((fx.REPO / "kda_kernels/diffusion/group_norm_silu/_impls/h200" / ex.MANIFEST).read_text())
     assert len(task.production) == 102 and m["evidence"]["bench"]["n_rows"] == 102
     assert ex.recompute_manifest(task, m) == m
+
+
+def test_hash_matches_for_a_candidate_that_imports_a_hashed_helper(lab, tmp_path, monkeypatch):
+    # the helper ships in kda_kernels, not in src/: both hashes must cover it, or such a candidate never exports
+    from kda_lab.task import schema
+
+    src = lab / "kernels" / SLUG / "src"
+    (src / "launch.py").write_text("from kda_kernels.launch_cache import LaunchCache\n")
+    helper = tmp_path / "launch_cache.py"
+    helper.write_text("# version 1\n")
+    monkeypatch.setattr(schema, "_helper_path", lambda name: helper)
+    h = src_hash(lab)
+    assert ex.hash_files(src, ex.source_files(src)) == h
+    helper.write_text("# version 2\n")  # a changed helper is new code under the same src/
+    assert src_hash(lab) != h
+    assert ex.hash_files(src, ex.source_files(src)) == src_hash(lab)

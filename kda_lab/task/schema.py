@@ -181,6 +181,19 @@ def _helper_path(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / f"{name}.py"
 
 
+def hashed_helpers(py_texts: list[bytes]) -> list[tuple[str, bytes]]:
+    """(``kda_kernels/<helper>.py``, its bytes) for each HASHED_HELPERS module that one of these sources imports:
+    the part of a source hash that lives outside src/ (the exporter copies src/ only, the helper ships in
+    kda_kernels)."""
+    out = []
+    for name in HASHED_HELPERS:
+        if any(f"kda_kernels.{name}".encode() in t for t in py_texts):
+            path = _helper_path(name)
+            out.append((f"kda_kernels/{name}.py",
+                        path.read_bytes() if path is not None and path.is_file() else b"<missing>"))
+    return out
+
+
 def source_hash(src_dir: Path) -> str:
     """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded, plus each
     kda_kernels helper of HASHED_HELPERS that a source imports (``kda_kernels.<helper>``)."""
@@ -194,11 +207,8 @@ def source_hash(src_dir: Path) -> str:
         h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + data + b"\0")
         if p.suffix == ".py":
             texts.append(data)
-    for name in HASHED_HELPERS:
-        if any(f"kda_kernels.{name}".encode() in t for t in texts):
-            path = _helper_path(name)
-            helper = path.read_bytes() if path is not None and path.is_file() else b"<missing>"
-            h.update(f"kda_kernels/{name}.py".encode() + b"\0" + helper + b"\0")
+    for rel, data in hashed_helpers(texts):
+        h.update(rel.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -143,10 +143,19 @@ def source_files(src: Path) -> list[str]:
 
 
 def hash_files(base: Path, rels: list[str]) -> str:
-    """kda_lab.task.source_hash's algorithm over an explicit file list (sorted by path)."""
+    """kda_lab.task.source_hash's algorithm over an explicit file list (sorted by path), plus the kda_kernels
+    helpers those sources import (they ship in kda_kernels, not in the copied src/)."""
+    from kda_lab.task.schema import hashed_helpers
+
     h = hashlib.sha256()
+    texts = []
     for rel in sorted(rels, key=lambda r: (base / r)):
-        h.update(rel.encode() + b"\0" + (base / rel).read_bytes() + b"\0")
+        data = (base / rel).read_bytes()
+        h.update(rel.encode() + b"\0" + data + b"\0")
+        if rel.endswith(".py"):
+            texts.append(data)
+    for helper, data in hashed_helpers(texts):
+        h.update(helper.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -12,20 +12,20 @@ FUNCTIONS = (
 )
 
 # rmsnorm_scale: sglang.kernels.ops.diffusion.norm.native_bf16_rmsnorm_triton:rmsnorm_scale
-KDA_OPTIMIZED_rmsnorm_scale = False
-KDA_TASK_rmsnorm_scale: dict[str, str] = {}
-KDA_COMMIT_rmsnorm_scale: dict[str, str] = {}
-KDA_DATE_rmsnorm_scale: dict[str, str] = {}
-KDA_SPEEDUP_rmsnorm_scale: dict[str, float] = {}
-KDA_ARCHES_rmsnorm_scale: tuple[str, ...] = ()
+KDA_OPTIMIZED_rmsnorm_scale = True
+KDA_TASK_rmsnorm_scale: dict[str, str] = {"h200": "h200_diffusion_norm_tanh_mul_add__multi_shape"}
+KDA_COMMIT_rmsnorm_scale: dict[str, str] = {"h200": "d5f135c45d95eb88ef12c4ba30d0843abceed263"}
+KDA_DATE_rmsnorm_scale: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_rmsnorm_scale: dict[str, float] = {"h200": 1.0877}
+KDA_ARCHES_rmsnorm_scale: tuple[str, ...] = ("h200",)
 
 # rmsnorm_tanh_residual: sglang.kernels.ops.diffusion.norm.native_bf16_rmsnorm_triton:rmsnorm_tanh_residual
-KDA_OPTIMIZED_rmsnorm_tanh_residual = False
-KDA_TASK_rmsnorm_tanh_residual: dict[str, str] = {}
-KDA_COMMIT_rmsnorm_tanh_residual: dict[str, str] = {}
-KDA_DATE_rmsnorm_tanh_residual: dict[str, str] = {}
-KDA_SPEEDUP_rmsnorm_tanh_residual: dict[str, float] = {}
-KDA_ARCHES_rmsnorm_tanh_residual: tuple[str, ...] = ()
+KDA_OPTIMIZED_rmsnorm_tanh_residual = True
+KDA_TASK_rmsnorm_tanh_residual: dict[str, str] = {"h200": "h200_diffusion_norm_tanh_mul_add__multi_shape"}
+KDA_COMMIT_rmsnorm_tanh_residual: dict[str, str] = {"h200": "d5f135c45d95eb88ef12c4ba30d0843abceed263"}
+KDA_DATE_rmsnorm_tanh_residual: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_rmsnorm_tanh_residual: dict[str, float] = {"h200": 1.0631}
+KDA_ARCHES_rmsnorm_tanh_residual: tuple[str, ...] = ("h200",)
 
 
 def __getattr__(name: str):
