@@ -3,9 +3,11 @@ same-size copy on the task's largest rows, to pick the launcher's defaults befor
 
     python3 kernels/h200_vae_hunyuan_causal_conv__multi_shape/dev/pad_sweep.py [--out DIR] [--cuda]
 
---cuda also builds dev/pad_cuda/ (a warp per output row, 16-byte loads into shared memory and 16-byte stores
-aligned to the output; torch.utils.cpp_extension with nvcc, sm_90a, -O3, no fast math), checks it bit for bit
-against F.pad on odd shapes in fp16, bf16 and fp32 first, and times it as one more variant.
+--cuda also builds dev/pad_cuda/ (torch.utils.cpp_extension with nvcc, sm_90a, -O3, no fast math) and times its
+two kernels as two more variants: pad_rows.cu (a warp per output row, 16-byte loads into shared memory, 16-byte
+stores aligned to the output) and pad_vec.cu (one aligned 16-byte output vector per thread step, its source
+bytes shifted into place in registers). Each is first checked bit for bit against F.pad on odd shapes (rows
+narrower than a vector, tails, unaligned rows, head/tail pads of 0-3) in fp16, bf16 and fp32.
 
 Each variant's output is compared with F.pad bit for bit before it is timed. Times are triton.testing.do_bench
 medians; every row moves >= 200 MB, several times the 60 MB L2, so no input rotation is needed.
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     pk = _pad_kernels()
     variants: dict[str, object] = {"rows (c003)": None}
     if args.cuda:
-        variants["cuda rows"] = _cuda_pad()
+        variants.update(_cuda_pads())
     for block, warps in ((1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8)):
         variants[f"planes b{block} w{warps}"] = (block, warps)
     results = [_sweep_row(pk, shape, variants) for shape in ROWS]
@@ -94,30 +96,32 @@ def _sweep_row(pk, shape, variants) -> dict:
     return row
 
 
-def _cuda_pad():
-    """Build dev/pad_cuda and check it on shapes that take every path (unaligned rows, head/tail, 1-wide)."""
+def _cuda_pads() -> dict:
+    """Build dev/pad_cuda and check both kernels on shapes that take every path, before any timing."""
     from torch.utils.cpp_extension import load
 
     src = HERE / "pad_cuda"
-    ext = load(name="kda_pad_rows_dev", sources=[str(src / "pad_rows.cu"), str(src / "pad_rows_binding.cpp")],
+    ext = load(name="kda_pad_cuda_dev",
+               sources=[str(src / "pad_rows.cu"), str(HERE.parent / "src" / "pad_vec.cu"),
+                        str(src / "pad_rows_binding.cpp")],
                extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"], extra_cflags=["-O3"],
                verbose=False)
-
-    def pad(x, out, p):
-        ext.pad_rows(x, out, p[0], p[2], p[4])
-
-    for shape, p, dt in [((1, 3, 2, 7, 13), (1, 1, 1, 1, 2, 0), torch.float16),
-                         ((2, 2, 3, 5, 1), (1, 1, 1, 1, 2, 0), torch.bfloat16),
-                         ((1, 2, 1, 41, 99), (3, 0, 2, 5, 1, 2), torch.float32),
-                         ((1, 4, 3, 9, 212), (1, 1, 1, 1, 2, 0), torch.float16),
-                         ((1, 4, 3, 9, 848), (1, 1, 1, 1, 2, 0), torch.bfloat16)]:
-        x = torch.randn(shape, device="cuda").to(dt)
-        ref = F.pad(x, p, mode="replicate")
-        out = torch.full_like(ref, float("nan"))
-        pad(x, out, p)
-        torch.cuda.synchronize()
-        assert torch.equal(out, ref), f"dev/pad_cuda wrong on {shape} {p} {dt}"
-    return pad
+    pads = {"cuda rows": lambda x, out, p: ext.pad_rows(x, out, p[0], p[2], p[4]),
+            "cuda vec": lambda x, out, p: ext.pad_vec(x, out, p[0], p[2], p[4])}
+    cases = [((1, 3, 2, 7, 13), (1, 1, 1, 1, 2, 0)), ((2, 2, 3, 5, 1), (1, 1, 1, 1, 2, 0)),
+             ((1, 2, 1, 41, 99), (3, 0, 2, 5, 1, 2)), ((1, 4, 3, 9, 212), (1, 1, 1, 1, 2, 0)),
+             ((1, 4, 3, 9, 848), (1, 1, 1, 1, 2, 0)), ((1, 3, 2, 5, 2), (0, 3, 0, 0, 0, 1)),
+             ((2, 5, 3, 11, 80), (1, 1, 1, 1, 2, 0)), ((1, 1, 1, 1, 1), (2, 2, 0, 0, 0, 0))]
+    for name, pad in pads.items():
+        for shape, p in cases:
+            for dt in (torch.float16, torch.bfloat16, torch.float32):
+                x = torch.randn(shape, device="cuda").to(dt)
+                ref = F.pad(x, p, mode="replicate")
+                out = torch.full_like(ref, float("nan"))
+                pad(x, out, p)
+                torch.cuda.synchronize()
+                assert torch.equal(out, ref), f"dev/pad_cuda {name} wrong on {shape} {p} {dt}"
+    return pads
 
 
 def _rows(pk, x, out):
