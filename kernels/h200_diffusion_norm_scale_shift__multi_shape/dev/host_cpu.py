@@ -4,8 +4,9 @@ target, a launcher that does nothing), CPU tensors in the production layouts of 
 
     env -u TRITON_INTERPRET python kernels/h200_diffusion_norm_scale_shift__multi_shape/dev/host_cpu.py
 
-Prints the median per-call time of the kept path, of Triton's own dispatch (``kernel[grid]`` every call) and of
-a bare ``torch.empty_like`` for scale. On the GPU the outputs come from the CUDA caching allocator instead.
+Prints the median per-call time of the kept path, of a signature the dispatch rule hands to SGLang (SGLang's
+function stood in for by a no-op, and that no-op alone), of Triton's own dispatch (``kernel[grid]`` every call) and
+of a bare ``torch.empty_like`` for scale. On the GPU the outputs come from the CUDA caching allocator instead.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def main() -> int:
         "fused_scale_residual_norm_scale_shift 1x47x3072 (kept launch)":
             lambda: reg.fused_scale_residual_norm_scale_shift(*srnss_args),
     }
+    # a signature the dispatch rule hands to SGLang (SGLang's function stood in for by a no-op): the key lookup
+    # and the cached HANDED_BACK verdict, against calling the no-op directly
+    reg._sglang_srnss = lambda *a: None
+    s_big = reg.RESIDUAL_HANDBACK_BYTES // (4 * d * 2) + 8
+    big = torch.empty(1, s_big, d, dtype=bf)
+    back_args = (big, big.clone(), gate, None, None, mod[:, d:2 * d], mod[:, :d], "layer", 1e-6)
+    rows[f"fused_scale_residual_norm_scale_shift 1x{s_big}x3072 (handed back)"] = \
+        lambda: reg.fused_scale_residual_norm_scale_shift(*back_args)
+    rows["  the stand-in for SGLang's function, called directly"] = lambda: reg._sglang_srnss(*back_args)
     for name, fn in rows.items():
         print(f"{name:66s} {_median_us(fn):6.2f} us")
     reg.NSS_LAUNCHES.entries.clear()

@@ -15,6 +15,13 @@ original even where the overlay is installed), which also raises where SGLang ra
   current (or CPU tensors under the Triton interpreter), no autograd recording, not under ``torch.compile``
   tracing.
 
+Dispatch rule (c005, from c004's H200 ledger run 20261127-073525-0d53a3; docs/notes.md): calls inside the contract
+that the kernel loses to SGLang's CuTe DSL kernel go to SGLang too (``_hands_back``): the residual form from
+``RESIDUAL_HANDBACK_BYTES`` moved, and ``fused_norm_scale_shift`` with scale/shift no wider than x (the measured
+rows: bf16 modulation on bf16 x) from ``SAME_WIDTH_HANDBACK_BYTES`` moved (bytes as the task's byte model counts
+them). The decision is a function of the signature: the first call makes it, the launch cache keeps it
+(``HANDED_BACK``), and later calls of the signature go to SGLang after the key lookup alone.
+
 Host path (the small rows are host bound in eager mode: SGLang spends 20-33 us per call there against a 2.5 us
 kernel): the first call of a signature (classes, shapes, strides, dtypes and devices of every tensor, norm_type,
 eps, the current device) runs the checks above and launches through ``kernel[grid]``; the compiled launch is kept
@@ -50,6 +57,42 @@ SRNSS_LAUNCHES = LaunchCache()
 KEEP_ON_CPU = False  # tests/test_kept_launch.py: CPU tensors through the hot path (Triton's driver stood in for)
 
 
+# ------------------------------------------------------------------------------------------------ dispatch rule
+#
+# Where SGLang's CuTe DSL kernel already runs at the copy ceiling, c004's kernel (this kernel) is 3-5% slower, and
+# no launch plan of the H200 sweep (dev/sweep.py, 2026-11-27: docs/notes.md) closed the gap; there the call goes to
+# SGLang (handed-back rows measure ~1.00x). The thresholds sit between the measured winners and losers of c004's
+# ledger run 20261127-073525-0d53a3 (bytes moved as in the task's byte model, the bench's `bytes` column):
+#
+# - residual form: wins up to 4.8 MB (qwen_edit_res_nss_L195 1.188x: the latency-bound rows, one DRAM round trip
+#   against SGLang's two), loses from 100.7 MB (qwen_res_nss_L4096 0.982x; every residual row >= 100 MB is
+#   0.949-0.990x: SGLang runs them at 0.98-1.08 of the copy yardstick). No residual row lies between 4.8 and
+#   100.7 MB; 32 MiB (33.6 MB) is below the break-even of a fixed-overhead model of the two ends (SGLang ~0.6 us
+#   slower per call, c004 2-5% slower per byte: break-even ~45-110 MB), so a row handed back loses nothing.
+# - fused_norm_scale_shift with scale/shift no wider than x (bf16 modulation on bf16 x): wins up to 353.9 MB
+#   (helios_nss_L8640_tok_view 1.012x; hyvideo_nss 332 MB 1.047x, firered 104 MB 1.034x, qwen L4096 1.168x), loses
+#   from 445.9 MB (wan_ti2v_nss_L18144_tok 0.9995x; mova/wan bf16 broadcast rows >= 903 MB 0.955-0.958x, SGLang
+#   at 1.02-1.03 of copy). 384 MiB (402.7 MB) splits them; no row lies between 354 and 446 MB.
+# - fused_norm_scale_shift with fp32 modulation on 16-bit x stays at every size: SGLang runs it at 0.95 of copy
+#   (broadcast, 759-774 MB: 1.017-1.020x) or at parity (per-token, 669-678 MB: 1.003-1.005x).
+RESIDUAL_HANDBACK_BYTES = 32 << 20
+SAME_WIDTH_HANDBACK_BYTES = 384 << 20
+HANDED_BACK = (None, False)  # a launch-cache entry: this signature goes to SGLang (the hot paths check kept is None)
+
+
+def _hands_back(x: torch.Tensor, residual: torch.Tensor | None, gate: torch.Tensor | None,
+                weight: torch.Tensor | None, bias: torch.Tensor | None, scale: torch.Tensor,
+                shift: torch.Tensor) -> bool:
+    """Whether a call inside the kernel's contract goes to SGLang's kernel (the rule above): a function of the
+    call's signature only (its form, dtypes and shapes), decided once per signature on the checked path."""
+    out = x.numel() * x.element_size()
+    moved = sum(t.numel() * t.element_size() for t in (x, residual, gate, weight, bias, scale, shift) if t is not None)
+    if residual is not None:
+        return moved + 2 * out >= RESIDUAL_HANDBACK_BYTES
+    wider = scale.element_size() > x.element_size() and shift.element_size() > x.element_size()
+    return not wider and moved + out >= SAME_WIDTH_HANDBACK_BYTES
+
+
 # ------------------------------------------------------------------------------------------------ hot path
 
 def _tk(t: object) -> object:
@@ -81,6 +124,8 @@ def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: t
             key = hit = None
         if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
             kept, dense_like_x = hit
+            if kept is None:  # HANDED_BACK: the dispatch rule gives this signature to SGLang
+                return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
             y = _new_like(x, dense_like_x)
             py, px, pc, ph = y.data_ptr(), x.data_ptr(), scale.data_ptr(), shift.data_ptr()
             pw = px if weight is None else weight.data_ptr()
@@ -109,6 +154,8 @@ def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tenso
             key = hit = None
         if hit is not None and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
             kept, dense_like_x = hit
+            if kept is None:  # HANDED_BACK
+                return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
             y = _new_like(x, dense_like_x)
             r_out = _new_like(x, dense_like_x)
             py, pr, px, pres = y.data_ptr(), r_out.data_ptr(), x.data_ptr(), residual.data_ptr()
@@ -129,6 +176,12 @@ def _keep(cache: LaunchCache, key: object, kept: Any, x: torch.Tensor, *tensors:
     """Keep a compiled launch for its signature: only for all-aligned pointers (the binary was specialized on it)."""
     if key is not None and kept is not None and aligned16(x, *tensors):
         cache.keep(key, (kept, x.is_contiguous()))
+
+
+def _keep_handback(cache: LaunchCache, key: object) -> None:
+    """Keep the dispatch rule's verdict for its signature: later calls go to SGLang after the key lookup."""
+    if key is not None:
+        cache.keep(key, HANDED_BACK)
 
 
 def _x_ok(t: object) -> bool:
@@ -194,6 +247,9 @@ def _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key):
     if sc is None or sh is None or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
             or not runs_here(x, weight, bias, scale, shift):
         return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
+    if _hands_back(x, None, None, weight, bias, scale, shift):
+        _keep_handback(NSS_LAUNCHES, key)
+        return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     tensors, tail, options, grid = _arguments(y, None, x, None, None, weight, bias, (scale, *sc), (shift, *sh),
                                               norm_type == "rms", eps, False)
@@ -212,6 +268,9 @@ def _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps
     if sc is None or sh is None or (gate is not None and gt is None) \
             or not (_affine_ok(weight, d) and _affine_ok(bias, d)) \
             or not runs_here(x, residual, gate, weight, bias, scale, shift):
+        return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+    if _hands_back(x, residual, gate, weight, bias, scale, shift):
+        _keep_handback(SRNSS_LAUNCHES, key)
         return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
     # SGLang's CuTe arithmetic keeps a same-dtype product in that dtype: gate·x is rounded to x's 16-bit dtype
     round_gate = gate is not None and gate.dtype == x.dtype and x.dtype != torch.float32

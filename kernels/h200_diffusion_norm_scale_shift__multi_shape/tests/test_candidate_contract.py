@@ -305,3 +305,101 @@ def test_rms_ignores_the_bias(no_fallback) -> None:
         with_bias = CAND.fused_norm_scale_shift(x, w, rand(d, dtype=F32), s, h, "rms", 1e-6)
         without = CAND.fused_norm_scale_shift(x, w, None, s, h, "rms", 1e-6)
     assert torch.equal(with_bias, without)
+
+
+# ---------------------------------------------------------------------------- the dispatch rule (c005)
+
+BENCH_RUN_C004 = "20261127-073525-0d53a3"  # c004's whole-table H200 bench, from which the rule's thresholds come
+
+
+def _meta(spec: Any) -> Any:
+    """A task row's argument on the meta device (shape, strides and dtype, no storage): production sizes for free."""
+    if not isinstance(spec, TensorSpec):
+        return spec
+    dtype = getattr(torch, spec.dtype)
+    if spec.strides is None:
+        return torch.empty(spec.shape, dtype=dtype, device="meta")
+    return torch.empty_strided(spec.shape, spec.strides, dtype=dtype, device="meta")
+
+
+def _rule(w: Any) -> bool:
+    a = {k: _meta(v) for k, v in w.args.items()}
+    return CAND._hands_back(a["x"], a.get("residual"), a.get("gate"), a.get("weight"), a.get("bias"), a["scale"],
+                            a["shift"])
+
+
+def test_dispatch_rule_hands_back_exactly_the_rows_c004_lost() -> None:
+    """Every production row c004 lost in its H200 bench (speedup < 1) goes to SGLang, every row it won stays on
+    the kernel: the rule, in the call's properties, reproduces the measured split (benchmark.csv)."""
+    import csv
+
+    measured = {r["row"]: float(r["speedup"]) for r in csv.DictReader((TASK.path / "benchmark.csv").open())
+                if r["run_id"] == BENCH_RUN_C004 and r["row_kind"] == "production"}
+    production = [w for w in TASK.workloads if w.kind == "production"]
+    assert len(measured) == len(production) == 40
+    wrong = [f"{w.name}: c004 {measured[w.name]:.4f}x, rule {'SGLang' if _rule(w) else 'kernel'}"
+             for w in production if _rule(w) != (measured[w.name] < 1.0)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_dispatch_rule_thresholds() -> None:
+    """Each clause at its boundary, on meta tensors: the residual form at RESIDUAL_HANDBACK_BYTES, the same-width
+    modulation at SAME_WIDTH_HANDBACK_BYTES, and fp32 modulation on 16-bit x kept at any size."""
+    def m(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    d = 3072
+    mod = m(1, 1, d)
+    per_token = 4 * d * 2  # residual form, bf16: residual and x read, y and residual_out written
+    s = CAND.RESIDUAL_HANDBACK_BYTES // per_token  # 1365 tokens: just under, with the modulation rows
+    assert not CAND._hands_back(m(1, s - 1, d), m(1, s - 1, d), mod, None, None, mod, mod)
+    assert CAND._hands_back(m(1, s + 1, d), m(1, s + 1, d), mod, None, None, mod, mod)
+    s = CAND.SAME_WIDTH_HANDBACK_BYTES // (2 * d * 2)  # nss, bf16: x read, y written (s - 1 + the rows: equal)
+    assert not CAND._hands_back(m(1, s - 2, d), None, None, None, None, mod, mod)
+    assert CAND._hands_back(m(1, s + 1, d), None, None, None, None, mod, mod)
+    assert CAND._hands_back(m(1, s + 1, d), None, None, None, None, m(1, 1, d, dtype=F32), mod)  # one is not wider
+    f32 = m(1, 1, d, dtype=F32)
+    assert not CAND._hands_back(m(1, 100 * s, d), None, None, None, None, f32, f32)  # fp32 modulation: the kernel
+    assert CAND._hands_back(m(1, s + 1, d, dtype=F32), None, None, None, None, f32, f32)  # fp32 x: same width
+
+
+def test_large_residual_call_goes_to_sglang_small_one_to_the_kernel(sglang: dict[str, HandedOver]) -> None:
+    """Real calls through the public function: a residual call past RESIDUAL_HANDBACK_BYTES is handed to SGLang's
+    kernel (it would run the Triton kernel without the rule), a small one runs the Triton kernel."""
+    d = 3072
+    s = CAND.RESIDUAL_HANDBACK_BYTES // (4 * d * LOW.itemsize) + 8  # just past the threshold
+    big = torch.empty(1, s, d, dtype=LOW, device=DEVICE)  # never read: SGLang's kernel is stood in for
+    mod = rand(1, 1, d, dtype=LOW)
+    with torch.no_grad():
+        out = CAND.fused_scale_residual_norm_scale_shift(big, big.clone(), mod, None, None, mod, mod, "layer", 1e-6)
+    assert out is sglang["srnss"].result and sglang["srnss"].calls == 1
+    srnss(rand(1, 47, d, dtype=LOW), rand(1, 47, d, dtype=LOW), mod, None, None, rand(1, d, dtype=LOW),
+          rand(1, d, dtype=LOW))  # the kernel's output against the oracle
+    assert sglang["srnss"].calls == 1
+    x = torch.empty(1, CAND.SAME_WIDTH_HANDBACK_BYTES // (2 * d * LOW.itemsize) + 8, d, dtype=LOW, device=DEVICE)
+    with torch.no_grad():
+        assert CAND.fused_norm_scale_shift(x, None, None, mod, mod, "layer", 1e-6) is sglang["nss"].result
+    assert sglang["nss"].calls == 1
+
+
+def test_handed_back_signature_is_kept(sglang: dict[str, HandedOver], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule runs once per signature: the launch cache keeps HANDED_BACK, and a repeat call goes to SGLang from
+    the hot path, without the checked path (the host time of a handed-back call is the key lookup)."""
+    monkeypatch.setattr(CAND, "KEEP_ON_CPU", True)
+    monkeypatch.setattr(CAND, "current_device", lambda: 0)
+    d = 3072
+    s = CAND.RESIDUAL_HANDBACK_BYTES // (4 * d * LOW.itemsize) + 8
+    big = torch.empty(1, s, d, dtype=LOW, device=DEVICE)
+    args = (big, big.clone(), None, None, None, rand(1, 1, d, dtype=LOW), rand(1, 1, d, dtype=LOW), "layer", 1e-6)
+    CAND.SRNSS_LAUNCHES.clear()
+    with torch.no_grad():
+        CAND.fused_scale_residual_norm_scale_shift(*args)
+        assert list(CAND.SRNSS_LAUNCHES.entries.values()) == [CAND.HANDED_BACK]
+
+        def no_checks(*a: Any) -> None:
+            raise AssertionError("the repeat of a handed-back signature took the checked path")
+
+        monkeypatch.setattr(CAND, "_srnss_checked", no_checks)
+        assert CAND.fused_scale_residual_norm_scale_shift(*args) is sglang["srnss"].result
+    assert sglang["srnss"].calls == 2
+    CAND.SRNSS_LAUNCHES.clear()
