@@ -102,8 +102,7 @@ def _cuda_pads() -> dict:
 
     src = HERE / "pad_cuda"
     ext = load(name="kda_pad_cuda_dev",
-               sources=[str(src / "pad_rows.cu"), str(HERE.parent / "src" / "pad_vec.cu"),
-                        str(src / "pad_rows_binding.cpp")],
+               sources=[str(src / "pad_rows.cu"), str(src / "pad_vec.cu"), str(src / "pad_rows_binding.cpp")],
                extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"], extra_cflags=["-O3"],
                verbose=False)
     pads = {"cuda rows": lambda x, out, p: ext.pad_rows(x, out, p[0], p[2], p[4]),

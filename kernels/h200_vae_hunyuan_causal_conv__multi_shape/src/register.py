@@ -1,7 +1,5 @@
-"""Candidate: replicate-pad kernels and the HunyuanVideo VAE decoder fast path built on them (fast_path.py,
-FAST_PATHS below; the overlay installs it). ``replicate_pad3d`` runs pad_vec.cu on the H200 (CUDA, sm_90a; its
-byte model and bound in its header) and the Triton plane kernel elsewhere; ``replicate_pad3d_channels_last`` runs
-the Triton kernel of pad_kernels.py.
+"""Candidate: Triton replicate-pad kernels (pad_kernels.py: byte model and bound beside the kernels), and the
+HunyuanVideo VAE decoder fast path built on them (fast_path.py, FAST_PATHS below; the overlay installs it).
 
 Contract (prompt.md K): ``(x, pad) -> Tensor``, x ``[B, C, T, H, W]`` fp16/bf16/fp32 with any strides, pad six
 non-negative ints in F.pad order; the output is bit-identical to ``F.pad(x, pad, mode="replicate")``, contiguous
@@ -12,60 +10,18 @@ layout F.pad chooses per device, and CUDA outputs under 1 MiB, where F.pad's own
 is SGLang's own: ``F.pad(x, pad, mode="replicate")``
 (then ``.contiguous(memory_format=torch.channels_last_3d)`` for the channels-last variant).
 
-Importing this module builds nothing and needs no GPU; Triton compiles on the first CUDA call. The CUDA extension
-lives in kda_kernels' build cache under a name that carries its sources' hash (kda_kernels.prebuilt): imported
-from the task folder (the lab) the first H200 call builds it; the exported overlay copy never compiles (a missing
-build leaves replicate_pad3d on the Triton kernel, and status() says so).
+Importing this module builds nothing and needs no GPU; Triton compiles on the first CUDA call.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import torch
 import torch.nn.functional as F
 
-from kda_kernels.prebuilt import Extension
-
 from .fast_path import FAST_PATH
 from .pad_kernels import launch_ncdhw, launch_ndhwc
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_CUDA_SOURCES = ("pad_vec.cu", "pad_vec_binding.cpp")
-
-
-def _cuda_source_hash() -> str:
-    h = hashlib.sha256()
-    for name in _CUDA_SOURCES:
-        with open(os.path.join(_HERE, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:12]
-
-
-EXTENSION = Extension(
-    name=f"kda_h200_pad_vec_{_cuda_source_hash()}",
-    arch="h200",
-    sources=tuple(os.path.join(_HERE, s) for s in _CUDA_SOURCES),
-    cflags=("-O3", "-std=c++17"),
-    cuda_cflags=("-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"),
-)
-# The exported copy is imported as kda_kernels....register: serving code, where a first call must never run nvcc.
-_BUILD_ON_FIRST_USE = not __name__.startswith("kda_kernels.")
-_sm90: dict[int, bool] = {}
-
-
-def _pad_vec_ext(x: torch.Tensor):
-    """pad_vec's extension module where x is on an sm_90 device and the build is there (or may be made), else None."""
-    if not x.is_cuda:
-        return None
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    ok = _sm90.get(idx)
-    if ok is None:
-        ok = _sm90[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
-    if not ok:
-        return None
-    return EXTENSION.module or EXTENSION.load(build=_BUILD_ON_FIRST_USE)
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -100,11 +56,7 @@ def replicate_pad3d(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
     if x.is_cuda and x.element_size() * shape[0] * shape[1] * shape[2] * shape[3] * shape[4] < PLAIN_MIN_OUT_BYTES:
         return F.pad(x, pad, mode="replicate")
     out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    ext = _pad_vec_ext(x)
-    if ext is not None and shape[0] * shape[1] * shape[2] * shape[3] < 2**31:
-        ext.pad_vec(x, out, pad[0], pad[2], pad[4])
-    else:
-        launch_ncdhw(x, out, tuple(pad))
+    launch_ncdhw(x, out, tuple(pad))
     return out
 
 

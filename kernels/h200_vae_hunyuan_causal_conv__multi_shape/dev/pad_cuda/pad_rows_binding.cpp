@@ -1,4 +1,4 @@
-// torch binding of pad_rows.cu and ../../src/pad_vec.cu for dev/pad_sweep.py --cuda (built there with
+// torch binding of pad_rows.cu and pad_vec.cu for dev/pad_sweep.py --cuda (built there with
 // torch.utils.cpp_extension).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -1,6 +1,7 @@
 // Replicate pad of a contiguous NCDHW tensor into a contiguous NCDHW output, one 16-byte output vector per
-// thread step: replicate_pad3d's kernel on the H200 (register.py; dev/pad_sweep.py --cuda times it beside the
-// Triton plane kernel and dev/pad_cuda/pad_rows.cu).
+// thread step: a dev variant (dev/pad_sweep.py --cuda times it beside the Triton plane kernel and pad_rows.cu).
+// Measured on the H200 as candidate c005 (2026-11-27): slower than the Triton plane kernel on every large row but
+// the 7.1 GB one (sol 0.40-0.76 against 0.62-0.66); see docs/notes.md for why.
 //
 // Byte model (per call; s = element size): s * (N_in + N_out) bytes, x read once, the padded output written
 // once (the rows and planes the pad repeats are re-read from L2); bound = bytes / 4.29 TB/s, the H200's
