@@ -183,7 +183,10 @@ def test_cuda_candidate_is_not_checked_never_passed(tmp_path: Path, monkeypatch:
 
 
 def test_cpu_verdict_is_recorded_and_never_gpu_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    code, out = run(FSS, None, tmp_path, monkeypatch, record=True)
+    # a revision of the candidate nobody ran on a GPU (the real src/ may hold H200 rows at its hash by now): its
+    # only evidence is the CPU verdict recorded here
+    fresh = (REPO / "kernels" / FSS / "src" / "register.py").read_text() + "\n# a revision with no GPU evidence\n"
+    code, out = run(FSS, fresh, tmp_path, monkeypatch, record=True)
     assert code == 0, out
     task_dir = tmp_path / "lab" / "kernels" / FSS
     rows = [json.loads(line) for line in (task_dir / "solutions.jsonl").read_text().splitlines()]
