@@ -49,6 +49,26 @@ _lock = threading.RLock()
 _ARCH_BY_INDEX: dict[int, str | None] = {}  # CUDA device index -> "h200"/"b200"/None, queried once per device
 _OPS: dict[str, Any] = {}  # "kda::name" -> OpOverload, registered once per process
 _SLOTS: dict[str, Callable[..., Any]] = {}  # "kda::name" -> the runner the op body calls now
+# The families whose impl (not SGLang's baseline) served a call while a trace is open (``trace_impl_calls``):
+# `kda e2e` judges a model's overlay-on output by the tolerances of the kernels that actually ran in it, not of
+# every promoted family. None (the serving default) costs one global test per call.
+_TRACE: set[str] | None = None
+
+
+class trace_impl_calls:
+    """``with trace_impl_calls() as families:`` collects the families whose impls ran inside the block."""
+
+    def __enter__(self) -> set[str]:
+        global _TRACE
+        self._outer = _TRACE
+        _TRACE = set()
+        return _TRACE
+
+    def __exit__(self, *exc: object) -> None:
+        global _TRACE
+        if self._outer is not None and _TRACE is not None:
+            self._outer |= _TRACE
+        _TRACE = self._outer
 
 
 class KdaDispatchError(RuntimeError):
@@ -78,7 +98,7 @@ def _cuda_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 # -------------------------------------------------------------------------------------------------- runner
 
 def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[str, Entry],
-                forced: str | None, optional: bool = False) -> Callable[..., Any]:
+                forced: str | None, optional: bool = False, family: str = "") -> Callable[..., Any]:
     """The per-call arch dispatch for one function (see module docstring)."""
     if optional:
         impls = {arch: (_none_falls_back(impl, baseline), sup) for arch, (impl, sup) in impls.items()}
@@ -88,10 +108,17 @@ def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[st
         if impl is None:
             return baseline
         if supports is None:
-            return impl
+            def run_forced_all(*args: Any, **kwargs: Any) -> Any:
+                if _TRACE is not None:
+                    _TRACE.add(family)
+                return impl(*args, **kwargs)
+
+            return run_forced_all
 
         def run_forced(*args: Any, **kwargs: Any) -> Any:
             if supports(*args, **kwargs):
+                if _TRACE is not None:
+                    _TRACE.add(family)
                 return impl(*args, **kwargs)
             return baseline(*args, **kwargs)
 
@@ -120,6 +147,8 @@ def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[st
         impl, supports = entry
         if impl is None or (supports is not None and not supports(*args, **kwargs)):
             return baseline(*args, **kwargs)
+        if _TRACE is not None:
+            _TRACE.add(family)
         return impl(*args, **kwargs)
 
     run.kda_memo = memo  # type: ignore[attr-defined]
@@ -327,7 +356,7 @@ def build(target: SwapTarget, baseline: Callable[..., Any], impls: dict[str, Ent
                                  forced_entry[1] if forced_entry[0] is not None else None)
         _decorate(public, target, contract, baseline, None, getattr(tensor_public, "kda_op", None), arches, forced)
         return public
-    run = make_runner(contract, baseline, impls, forced, optional=target.kind == "optional")
+    run = make_runner(contract, baseline, impls, forced, optional=target.kind == "optional", family=target.family)
     if contract.canonical is not None:
         run = _canonicalized(run, contract.canonical)
     op = ensure_op(contract)

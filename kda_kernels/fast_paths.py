@@ -46,13 +46,17 @@ def _current_arch() -> str | None:
     return device_arch(torch.cuda.current_device())
 
 
-def _serves(arch: str, forced: str | None):
+def _serves(arch: str, forced: str | None, family: str):
+    from kda_kernels import dispatch
+
     def serves(device: Any) -> bool:
         if forced is not None:
-            return forced == arch
-        from kda_kernels.dispatch import device_arch
-
-        return device.type == "cuda" and device_arch(device.index if device.index is not None else 0) == arch
+            ok = forced == arch
+        else:
+            ok = device.type == "cuda" and dispatch.device_arch(device.index if device.index is not None else 0) == arch
+        if ok and dispatch._TRACE is not None:  # kda e2e: this family's code runs in the model (trace_impl_calls)
+            dispatch._TRACE.add(family)
+        return ok
 
     return serves
 
@@ -132,7 +136,7 @@ def _activate(fp: FastPath) -> bool:
             if impl is None or not callable(getattr(impl, "install", None)):
                 problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
             else:
-                impl.install(_serves(arch, forced))
+                impl.install(_serves(arch, forced, fp.family))
                 _STATE[fp.name] = (arch, impl, forced)
     except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
         problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")

@@ -309,3 +309,25 @@ def test_model_agreement_accepts_sglangs_own_error_and_rejects_worse() -> None:
     assert not ok and "model-level" in text
     assert not model_agreement(off, torch.full_like(off, float("nan")), fp32)[0]
     assert not model_agreement(off, off[:10], fp32)[0]
+
+
+def test_trace_names_only_the_families_whose_impl_ran() -> None:
+    # kda e2e judges a model's overlay-on output by the tolerances of the kernels that ran in it: the trace must
+    # see an impl call, and must not see a call the impl's `supports` handed to SGLang's baseline
+    from kda_kernels.contracts import CONTRACTS
+    from kda_kernels.dispatch import make_runner, trace_impl_calls
+
+    contract = CONTRACTS["apply_rotary_embedding"]
+    served = make_runner(contract, lambda *a, **k: "baseline", {"h200": (lambda *a, **k: "impl", lambda *a, **k: True)},
+                         forced="h200", family="rotary_embedding")
+    handed = make_runner(contract, lambda *a, **k: "baseline", {"h200": (lambda *a, **k: "impl", lambda *a, **k: False)},
+                         forced="h200", family="rotary_embedding")
+    with trace_impl_calls() as ran:
+        assert handed(1) == "baseline"
+    assert ran == set()
+    with trace_impl_calls() as ran:
+        assert served(1) == "impl"
+        with trace_impl_calls() as inner:
+            assert served(1) == "impl"
+    assert ran == {"rotary_embedding"} and inner == {"rotary_embedding"}
+    assert served(1) == "impl"  # no trace open: nothing recorded, nothing raised
