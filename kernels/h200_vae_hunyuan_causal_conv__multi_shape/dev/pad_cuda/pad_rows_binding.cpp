@@ -13,6 +13,9 @@ cudaError_t launch_pad_rows(const T* x, T* out, int B, int C, int T_in, int H, i
 template <typename T>
 cudaError_t launch_pad_vec(const T* x, T* out, int B, int C, int T_in, int H, int W, int To, int Ho, int Wo,
                            int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_pad_vec_uniform(const T* x, T* out, int B, int C, int T_in, int H, int W, int To, int Ho, int Wo,
+                                   int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream);
 }
 
 // out = F.pad(x, (pad_w, *, pad_h, *, pad_t, *), "replicate"); the right pads are read off out's shape.
@@ -54,6 +57,12 @@ struct Vec {
   static cudaError_t run(A... a) { return kda_pad::launch_pad_vec<T>(a...); }
 };
 
+template <typename T>
+struct VecUniform {
+  template <typename... A>
+  static cudaError_t run(A... a) { return kda_pad::launch_pad_vec_uniform<T>(a...); }
+};
+
 void pad_rows(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t) {
   pad_with<Rows>("pad_rows", x, out, pad_w, pad_h, pad_t);
 }
@@ -61,7 +70,12 @@ void pad_vec(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t 
   pad_with<Vec>("pad_vec", x, out, pad_w, pad_h, pad_t);
 }
 
+void pad_vec_uniform(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t) {
+  pad_with<VecUniform>("pad_vec_uniform", x, out, pad_w, pad_h, pad_t);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pad_rows", &pad_rows, "replicate pad, NCDHW, a warp per output row (dev)");
   m.def("pad_vec", &pad_vec, "replicate pad, NCDHW, 16-byte output vectors (dev)");
+  m.def("pad_vec_uniform", &pad_vec_uniform, "replicate pad, NCDHW, 16-byte vectors, no divergent path (dev)");
 }
