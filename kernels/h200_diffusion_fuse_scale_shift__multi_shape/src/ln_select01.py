@@ -1,4 +1,4 @@
-"""c001: one Triton kernel for both select01 LayerNorm modulation functions (plain and residual form).
+"""c005: one Triton kernel for both select01 LayerNorm modulation functions (plain and residual form).
 
 Semantics (SGLang 0.5.23, ``modulate/scale_shift_triton.py``), per token row ``(b, l)`` of ``x [B,L,C]``:
 
@@ -11,20 +11,34 @@ Semantics (SGLang 0.5.23, ``modulate/scale_shift_triton.py``), per token row ``(
   (scale0, shift0, gate0): ``y = xhat * (1 + scale) + shift`` in fp32, stored in x.dtype; ``gate_out`` is the
   selected gate converted to x.dtype (a copy when the dtypes agree): bit for bit what SGLang stores.
 
-Design (what differs from SGLang's kernel, which does load x -> two reductions -> load index -> load the
-selected modulation -> store, three memory latencies in series per program):
+Why c005 (c004, measured on the H200 at 0.725x / 0.909x of SGLang on the two production rows; the offline sm_90a
+compile in ../dev/offline_sm90.py and ../docs/notes.md give the evidence):
 
-- every load of a row is issued before the first reduction: index first, x (and residual, residual_gate),
-  weight/bias, then the selected modulation vectors (masked loads of both sets, so only the selected row's bytes
-  move), so the DRAM latency of x and the L2 latency of the modulation overlap;
-- the row lives in registers once, split into a power-of-two head and a power-of-two tail segment
-  (C = 3072 -> 2048 + 1024, C = 5120 -> 4096 + 1024) instead of one next-power-of-two tile: no register is spent
-  on masked lanes at production widths (SGLang's 4096-wide tile for C = 3072 is 25 % dead lanes), which leaves
-  room for more resident programs per SM, i.e. more bytes in flight;
-- narrow rows (next_pow2(C) < ``TILE_ELEMS``) take several rows per program as a 2-D tile;
-- 16-byte vectors: C is passed as a plain int, which Triton specializes as divisible by 16 when it is, so the
-  row offsets are provably aligned and bf16/fp16 rows load 8 elements per instruction;
-- modulation vectors whose batch dim is 1 are read with batch stride 0 (broadcast, as the oracle does).
+- c004 loaded the row's tail segment (columns 2048..3071 at C = 3072) only after the head segment's block
+  reduction (two ``bar.sync`` after the head's loads in its PTX): two DRAM round trips per row in series;
+- c004 held both modulation sets in flight (masked loads of all six vectors, issued before the statistics):
+  125 / 120 registers, 4 resident 128-thread programs per SM against SGLang's 8 / 7 (64 / 70 registers) with the
+  same grid (one row per program, 4 warps): half the rows in flight on a kernel ncu shows latency bound.
+
+c005 keeps SGLang's launch geometry (one row per program at production widths, 4 warps at C = 3072, grid B*L)
+and SGLang's dependency chain per row (row -> statistics -> index -> selected modulation -> stores), and changes
+only what lowers registers or removes dead work:
+
+- every load of the row (both segments; x, residual, residual_gate) is issued before the first reduction;
+- the row lives in registers as a power-of-two head plus a power-of-two tail (3072 = 2048 + 1024) instead of
+  SGLang's 4096-wide tile with 25 % masked lanes; the head is folded onto the tail's width in registers before
+  each block reduction (``tl.reshape`` then a per-thread sum), so a statistic costs one block reduction, as in
+  SGLang (5 ``bar.sync`` per program), not one per segment;
+- the selected modulation row is one pointer per vector (``tl.where`` on the base pointers), so 3 loads per
+  segment move and hold registers, not 6; issued after the statistics, as SGLang does: issuing them (or the
+  index) earlier lets ptxas hoist the base-pointer arithmetic over the reductions (plain form: +8 registers,
+  one resident program per SM fewer);
+- sm_90a (offline): 48 registers plain / 52 residual, no spills, every row, modulation and output access a
+  16-byte vector: 10 / 9 resident programs per SM against SGLang's 8 / 7.
+
+Narrow rows (next_pow2(C) < ``TILE_ELEMS``) take several rows per program as a 2-D tile (per-row selection).
+C is passed as a plain int, which Triton specializes as divisible by 16 when it is, so row offsets are provably
+16-byte aligned; modulation vectors whose batch dim is 1 are read with batch stride 0 (broadcast).
 
 Byte model (task.toml: each input once, broadcast dims once, each output once), element size e = 2 (bf16):
 
@@ -36,12 +50,13 @@ Byte model (task.toml: each input once, broadcast dims once, each output once), 
 Production rows (Qwen-Image-Edit, [1, 8424, 3072] bf16, [1, C] modulation, int32 index), at the lab's
 measured copy ceiling of 4.29 TB/s:
 
-- qwen_edit_ln_select01_L8424:     3 * 51.76 MB + 37 KB + 34 KB = 155.3 MB -> bound 36.2 us
-  (SGLang 42.67 us = 3.64 TB/s by this model; the 2.49 TB/s of the reference table counts x and y only).
-- qwen_edit_res_ln_select01_L8424: 6 * 51.76 MB + 71 KB = 310.6 MB -> bound 72.4 us.
+- qwen_edit_ln_select01_L8424:     3 * 51.76 MB + 37 KB + 34 KB = 155.3 MB -> bound 36.2 us; same-size copy
+  40.6 us; SGLang 42.30 us (3.67 TB/s, sol 0.95; H200 run 20261127-072010-b81fb4).
+- qwen_edit_res_ln_select01_L8424: 6 * 51.76 MB + 71 KB = 310.6 MB -> bound 72.4 us; same-size copy 78.6 us;
+  SGLang 77.64 us (4.00 TB/s, sol 1.01): at the copy already, parity is the ceiling.
 
 Rows of a few hundred tokens or fewer are launch bound: bound = bytes / 4.29 TB/s + ~2 us fixed.
-Not yet measured on the H200 (see ../docs/notes.md for the prediction and the launch sweep to run).
+Not yet measured on the H200 (../docs/notes.md: prediction per row and what to run).
 """
 
 from __future__ import annotations
@@ -50,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-# Launch policy (defaults chosen from the register budget, not yet swept on the H200):
+# Launch policy: SGLang's geometry at production widths (one row per program, 4 warps at C = 3072).
 TILE_ELEMS = 4096  # rows narrower than this share a program: ROWS = TILE_ELEMS // next_pow2(C) (max MAX_ROWS)
 MAX_ROWS = 16
 ELEMS_PER_WARP = 1024  # num_warps = next_pow2(elements per program) // ELEMS_PER_WARP, clamped to [1, 16]
@@ -59,8 +74,7 @@ MAX_C = 16384  # wider rows go to SGLang (register-resident rows stop making sen
 
 
 @triton.jit
-def _row_segment(x_ptr, res_ptr, rg_ptr, res_out_ptr, row_off, cols, mask,
-                 HAS_RESIDUAL: tl.constexpr):
+def _row_segment(x_ptr, res_ptr, rg_ptr, res_out_ptr, row_off, cols, mask, HAS_RESIDUAL: tl.constexpr):
     """The fp32 row values of one segment (for the residual form: r, also stored as residual_out)."""
     v = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
@@ -72,17 +86,23 @@ def _row_segment(x_ptr, res_ptr, rg_ptr, res_out_ptr, row_off, cols, mask,
 
 
 @triton.jit
-def _select(p0, p1, off0, off1, cols, mask, sel, nsel):
-    """Row b of t1 where sel, of t0 elsewhere: masked loads, so only the selected set's bytes move."""
-    v1 = tl.load(p1 + off1 + cols, mask=mask & sel, other=0.0)
-    v0 = tl.load(p0 + off0 + cols, mask=mask & nsel, other=0.0)
-    return v1, v0
+def _row_sum(a, b, ROWS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_TAIL: tl.constexpr):
+    """Per-row sum of the head ``a`` [ROWS, BLOCK_A] (and the tail ``b`` [ROWS, BLOCK_B]): the head is folded onto
+    the tail's width first (a per-thread sum at production widths), so the row costs one block reduction."""
+    if HAS_TAIL:
+        folded = tl.sum(tl.reshape(a, (ROWS, BLOCK_A // BLOCK_B, BLOCK_B)), axis=1)
+        return tl.sum(folded + b, axis=1)
+    else:
+        return tl.sum(a, axis=1)
 
 
 @triton.jit
-def _modulate(v, mean, rstd, w_ptr, b_ptr, s0, s1, sh0, sh1, g0, g1, y_ptr, gate_out_ptr, row_off, cols, cols1d, mask, mask1d, sel,
+def _modulate(v, mean, rstd, w_ptr, b_ptr, sp, hp, gp, y_ptr, gate_out_ptr, row_off, cols, cols1d, mask, mask1d,
               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """y = LN(v) * (1 + scale) + shift and the gate copy, for one segment (modulation already loaded)."""
+    """y = LN(v) * (1 + scale) + shift and the gate copy for one segment, from the selected modulation rows."""
+    scale = tl.load(sp + cols, mask=mask, other=0.0).to(tl.float32)
+    shift = tl.load(hp + cols, mask=mask, other=0.0).to(tl.float32)
+    gate = tl.load(gp + cols, mask=mask, other=0.0)
     xhat = (v - mean) * rstd
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols1d, mask=mask1d, other=1.0).to(tl.float32)
@@ -90,13 +110,9 @@ def _modulate(v, mean, rstd, w_ptr, b_ptr, s0, s1, sh0, sh1, g0, g1, y_ptr, gate
     if HAS_BIAS:
         b = tl.load(b_ptr + cols1d, mask=mask1d, other=0.0).to(tl.float32)
         xhat = xhat + b[None, :]
-    scale = tl.where(sel, s1.to(tl.float32), s0.to(tl.float32))
-    shift = tl.where(sel, sh1.to(tl.float32), sh0.to(tl.float32))
     y = xhat * (1.0 + scale) + shift
-    out_ty = y_ptr.dtype.element_ty
-    gate = tl.where(sel, g1.to(out_ty), g0.to(out_ty))
     tl.store(y_ptr + row_off + cols, y, mask=mask)
-    tl.store(gate_out_ptr + row_off + cols, gate, mask=mask)
+    tl.store(gate_out_ptr + row_off + cols, gate.to(gate_out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["n_rows", "seq_len", "eps"])
@@ -114,60 +130,51 @@ def _ln_select01_kernel(
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
-    bidx = rows // seq_len
-    lidx = rows - bidx * seq_len
-    idx = tl.load(idx_ptr + bidx * si_b + lidx * si_l, mask=row_ok, other=0)
-    sel = (idx != 0)[:, None]
-    nsel = (idx == 0)[:, None]
     row_off = rows.to(tl.int64)[:, None] * C
-    bcol = bidx.to(tl.int64)[:, None]
-    mo_s0 = bcol * ss0_b
-    mo_sh0 = bcol * ssh0_b
-    mo_g0 = bcol * sg0_b
-    mo_s1 = bcol * ss1_b
-    mo_sh1 = bcol * ssh1_b
-    mo_g1 = bcol * sg1_b
 
-    # head segment [0, BLOCK_A): every load issued before the first reduction
+    # 1. the whole row (head and tail segments) before the first reduction: one DRAM round trip per row
     ca = tl.arange(0, BLOCK_A)
     ma1 = ca < C
     ma = row_ok[:, None] & ma1[None, :]
     cola = ca[None, :]
     va = _row_segment(x_ptr, res_ptr, rg_ptr, res_out_ptr, row_off, cola, ma, HAS_RESIDUAL)
-    s1a, s0a = _select(s0_ptr, s1_ptr, mo_s0, mo_s1, cola, ma, sel, nsel)
-    sh1a, sh0a = _select(sh0_ptr, sh1_ptr, mo_sh0, mo_sh1, cola, ma, sel, nsel)
-    g1a, g0a = _select(g0_ptr, g1_ptr, mo_g0, mo_g1, cola, ma, sel, nsel)
-    total = tl.sum(va, axis=1)
-    if HAS_TAIL:
-        # tail segment [BLOCK_A, C), C - BLOCK_A <= BLOCK_B
+    if HAS_TAIL:  # tail segment [BLOCK_A, C), C - BLOCK_A <= BLOCK_B
         cb = BLOCK_A + tl.arange(0, BLOCK_B)
         mb1 = cb < C
         mb = row_ok[:, None] & mb1[None, :]
         colb = cb[None, :]
         vb = _row_segment(x_ptr, res_ptr, rg_ptr, res_out_ptr, row_off, colb, mb, HAS_RESIDUAL)
-        s1b, s0b = _select(s0_ptr, s1_ptr, mo_s0, mo_s1, colb, mb, sel, nsel)
-        sh1b, sh0b = _select(sh0_ptr, sh1_ptr, mo_sh0, mo_sh1, colb, mb, sel, nsel)
-        g1b, g0b = _select(g0_ptr, g1_ptr, mo_g0, mo_g1, colb, mb, sel, nsel)
-        total += tl.sum(vb, axis=1)
+    else:
+        cb, mb1, mb, colb, vb = ca, ma1, ma, cola, va  # unused
 
-    # fp32 statistics, centered second pass over the register-resident row (masked lanes contribute 0)
-    mean = (total / C)[:, None]
+    # 2. fp32 statistics: mean, then the centered sum of squares on the register-resident row
+    mean = (_row_sum(va, vb, ROWS, BLOCK_A, BLOCK_B, HAS_TAIL) / C)[:, None]
     da = tl.where(ma, va - mean, 0.0)
-    sq = tl.sum(da * da, axis=1)
+    db = tl.where(mb, vb - mean, 0.0)
+    rstd = tl.rsqrt(_row_sum(da * da, db * db, ROWS, BLOCK_A, BLOCK_B, HAS_TAIL) / C + eps)[:, None]
+
+    # 3. the index, then one pointer per modulation vector: only the selected set is loaded (SGLang's order)
+    bidx = rows // seq_len
+    lidx = rows - bidx * seq_len
+    idx = tl.load(idx_ptr + bidx * si_b + lidx * si_l, mask=row_ok, other=0)
+    sel = (idx != 0)[:, None]
+    bcol = bidx.to(tl.int64)[:, None]
+    sp = tl.where(sel, s1_ptr + bcol * ss1_b, s0_ptr + bcol * ss0_b)
+    hp = tl.where(sel, sh1_ptr + bcol * ssh1_b, sh0_ptr + bcol * ssh0_b)
+    gp = tl.where(sel, g1_ptr + bcol * sg1_b, g0_ptr + bcol * sg0_b)
+
+    # 4. y and gate_out, segment by segment
+    _modulate(va, mean, rstd, w_ptr, b_ptr, sp, hp, gp, y_ptr, gate_out_ptr, row_off, cola, ca, ma, ma1,
+              HAS_WEIGHT, HAS_BIAS)
     if HAS_TAIL:
-        db = tl.where(mb, vb - mean, 0.0)
-        sq += tl.sum(db * db, axis=1)
-    rstd = tl.rsqrt(sq / C + eps)[:, None]
-
-    _modulate(va, mean, rstd, w_ptr, b_ptr, s0a, s1a, sh0a, sh1a, g0a, g1a, y_ptr, gate_out_ptr, row_off, cola, ca,
-              ma, ma1, sel, HAS_WEIGHT, HAS_BIAS)
-    if HAS_TAIL:
-        _modulate(vb, mean, rstd, w_ptr, b_ptr, s0b, s1b, sh0b, sh1b, g0b, g1b, y_ptr, gate_out_ptr, row_off, colb,
-                  cb, mb, mb1, sel, HAS_WEIGHT, HAS_BIAS)
+        _modulate(vb, mean, rstd, w_ptr, b_ptr, sp, hp, gp, y_ptr, gate_out_ptr, row_off, colb, cb, mb, mb1,
+                  HAS_WEIGHT, HAS_BIAS)
 
 
-def plan(c: int) -> tuple[int, int, bool, int, int]:
-    """Launch plan for row width ``c``: (BLOCK_A, BLOCK_B, HAS_TAIL, ROWS, num_warps)."""
+def plan(c: int, elem_size: int) -> tuple[int, int, bool, int, int]:
+    """Launch plan for row width ``c`` of ``elem_size``-byte elements: (BLOCK_A, BLOCK_B, HAS_TAIL, ROWS,
+    num_warps). With a tail segment, num_warps is capped so that every thread's share of the tail is at least one
+    16-byte vector (C = 5120 bf16: 4 warps, not 8, which would load the 1024-wide tail in 8-byte pieces)."""
     full = triton.next_power_of_2(c)
     if c >= SPLIT_MIN_C and full != c:
         block_a = full // 2  # largest power of two below c
@@ -178,6 +185,8 @@ def plan(c: int) -> tuple[int, int, bool, int, int]:
     rows = max(1, min(MAX_ROWS, TILE_ELEMS // full))
     elems = rows * (block_a + (block_b if has_tail else 0))
     num_warps = max(1, min(16, triton.next_power_of_2(elems) // ELEMS_PER_WARP))
+    if has_tail:
+        num_warps = max(1, min(num_warps, rows * block_b * elem_size // (16 * 32)))
     return block_a, block_b, has_tail, rows, num_warps
 
 
@@ -191,14 +200,15 @@ def launch(x: torch.Tensor, residual: torch.Tensor | None, residual_gate: torch.
            index: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
     """Run the kernel on checked inputs (register.py decides what is inside the contract): x, residual and
     residual_gate dense [B,L,C]; mods = (scale0, shift0, gate0, scale1, shift1, gate1), each [B|1, C] with unit
-    C stride; index [B|1, L]. Returns (y, gate_out) or (y, residual_out, gate_out)."""
+    C stride, scale0/scale1 (and shift0/shift1, gate0/gate1) of one dtype (the kernel selects between their base
+    pointers); index [B|1, L]. Returns (y, gate_out) or (y, residual_out, gate_out)."""
     batch, seq_len, c = x.shape
     n_rows = batch * seq_len
     y = torch.empty_like(x)
     gate_out = torch.empty_like(x)
     has_res = residual is not None
     res_out = torch.empty_like(x) if has_res else y
-    block_a, block_b, has_tail, rows, num_warps = plan(c)
+    block_a, block_b, has_tail, rows, num_warps = plan(c, x.element_size())
     s0, sh0, g0, s1, sh1, g1 = mods
     si_b = 0 if index.shape[0] == 1 else index.stride(0)
     _ln_select01_kernel[(triton.cdiv(n_rows, rows),)](

@@ -1,5 +1,7 @@
-"""c001's select01 kernel on the paths the task.toml tiny rows do not reach: the head + tail split with a
-masked tail (C = 1000), weight and bias on the split path, the residual form at C = 3072, several rows per
+"""The candidate's select01 kernel (c005) on the paths the task.toml tiny rows do not reach: the head + tail split
+with a masked tail (C = 1000), a tail narrower than half the head (C = 2100: 2048 + 64, C = 600: 512 + 128; the
+head is folded onto the tail's width before each reduction), weight and bias on the split path, the residual form
+at C = 3072, several rows per
 program with a partial last program, [1, C] modulation broadcast over B, a transposed (strided) index and a bool
 index, mixed gate/x dtypes; gate_out and residual_out bit for bit with SGLang's kernel, y against the fp64
 oracle at the task tolerance; deliberately wrong variants that the comparison must reject; and every fallback
@@ -94,6 +96,8 @@ CASES = {
     "production_width_affine": (1, 2, 3072, False, True),
     "multi_row_partial_program": (3, 7, 96, False, True),
     "multi_row_residual_no_affine": (2, 9, 200, True, False),
+    "narrow_tail_fold_affine": (1, 3, 2100, False, True),
+    "narrow_tail_fold_residual": (2, 5, 600, True, False),
 }
 
 
@@ -194,6 +198,9 @@ def outside(residual: bool) -> dict[str, Callable[[dict[str, Any]], dict[str, An
             a, x=a["x"][:, :0], residual=a["residual"][:, :0], residual_gate=a["residual_gate"][:, :0],
             index=a["index"][:, :0]),
         "requires_grad": lambda a: dict(a, scale0=a["scale0"].clone().requires_grad_(True)),
+        # the kernel selects between a pair's base pointers: one dtype per (scale, shift, gate) pair
+        "scale_pair_dtypes": lambda a: dict(a, scale1=a["scale1"].half()),
+        "gate_pair_dtypes": lambda a: dict(a, gate0=a["gate0"].bfloat16()),
     }
     if residual:
         cases["residual_strided"] = lambda a: dict(a, residual=a["residual"].transpose(0, 1).contiguous()
