@@ -175,7 +175,7 @@ def status() -> dict[str, dict[str, Any]]:
             "installed": impl is not None, "forced_arch": forced, "installed_arch": arch,
             "pending_import": fp.name in _PENDING,  # patched when SGLang imports fp.sglang
             "call_sites_rebound": 0, "call_sites": [], "rebound": patched, "kernel_registry": None,
-            "problems": list(_PROBLEMS.get(fp.name, ())), "builds": {},
+            "problems": list(_PROBLEMS.get(fp.name, ())), "unavailable": None, "builds": {},
         }
     return out
 

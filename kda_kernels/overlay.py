@@ -109,6 +109,10 @@ class Installed:
 
 _STATE: dict[str, Installed] = {}
 _PROBLEMS: dict[str, list[str]] = {}
+# Functions whose SGLang module does not import in this environment (a package it needs is missing, e.g. CuTe DSL
+# or cuda-python on a CPU host): nothing to swap, SGLang's own call fails there the same way. An environment fact
+# shown by status(), not an install problem.
+_UNAVAILABLE: dict[str, str] = {}
 _STANDALONE: dict[str, Callable[..., Any]] = {}  # KDA objects built for attribute access, not installed
 _LAST: dict[str, Any] = {"forced": None, "disabled": False}
 
@@ -427,9 +431,18 @@ def _install_one(t: SwapTarget, forced: str | None, problems: list[str], scope: 
         return None
     try:
         baseline = _capture_baseline(t)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] not in ("sglang", "kda_kernels"):
+            _UNAVAILABLE[t.function] = (f"SGLang's {t.sglang} does not import here ({type(e).__name__}: {e}): "
+                                        f"nothing to swap, SGLang's own call fails the same way")
+        else:
+            problems.append(f"cannot import SGLang's baseline {t.sglang}: {type(e).__name__}: {e}; "
+                            f"SGLang's baseline kept")
+        return None
     except Exception as e:  # noqa: BLE001
         problems.append(f"cannot import SGLang's baseline {t.sglang}: {type(e).__name__}: {e}; SGLang's baseline kept")
         return None
+    _UNAVAILABLE.pop(t.function, None)
     tensor_public = None
     if t.kind == "wrapper":
         try:
@@ -580,6 +593,7 @@ def status() -> dict[str, Any]:
             "rebound": rec.rebound() if rec else [],
             "kernel_registry": rec.registry if rec else None,
             "problems": [*_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ()))],
+            "unavailable": _UNAVAILABLE.get(t.function) if rec is None else None,
         }
         builds = _build_state(t, out[t.function]["arches"])
         out[t.function]["builds"] = builds

@@ -49,7 +49,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print("no tasks under kernels/")
         return 0
     # the geomean column is the report's headline run (the promoted candidate's evidence, else the best
-    # benchmarked run), the same number as README's "best geomean" column
+    # benchmarked run), the same number as README's "best geomean" column, printed the way the report prints it
+    # (three decimals: rounding the README's figure again to two disagreed with rounding the run's)
     print(f"{'task':<52} {'arch':<5} {'family':<18} {'status':<48} {'geomean':>7}  vs best peer")
     bad = 0
     for d in dirs:
@@ -62,7 +63,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             bad += 1
             continue
         print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<48} "
-              f"{(f'{head.geomean:.2f}x' if head and head.geomean else '-'):>7}  {vs_best_peer_cell(tr)}")
+              f"{(f'{head.geomean:.3f}x' if head and head.geomean else '-'):>7}  {vs_best_peer_cell(tr)}")
         if args.rows:
             latest = latest_row_numbers(t)
             for w in t.workloads:

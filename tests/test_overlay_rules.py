@@ -318,3 +318,33 @@ def test_install_timing_script_reports_a_clean_install():
     assert r["imported_by_install"] == [], "install() imported third-party modules"
     assert r["install_s_median"] > 0
     assert r["kda_kernels"] == str(fx.REPO / "kda_kernels" / "__init__.py")
+
+
+def test_a_sglang_module_that_cannot_import_here_is_unavailable_not_a_problem():
+    """A promoted family whose SGLang module needs a package this environment lacks (norm_scale_shift's CuTe DSL
+    kernels need cuda-python) has nothing to swap: status() says so under ``unavailable`` and a strict install
+    goes on. A missing SGLang module itself stays a problem, and strict install refuses."""
+    missing_dep = fx.run_py(None, """
+    sys.modules["cuda"] = None  # the dependency is absent (on a CPU host it is anyway; on the box it is not)
+    for m in [m for m in sys.modules if m.startswith("cutlass")]:
+        del sys.modules[m]
+    import kda_kernels
+    st = kda_kernels.install(strict=True, families=["norm_scale_shift"])
+    emit({f: {k: st[f][k] for k in ("installed", "unavailable", "problems")}
+          for f in ("fused_norm_scale_shift", "fused_scale_residual_norm_scale_shift")})
+    """)
+    for fn in ("fused_norm_scale_shift", "fused_scale_residual_norm_scale_shift"):
+        rec = missing_dep[fn]
+        assert not rec["installed"] and rec["problems"] == [], rec
+        assert "does not import here" in rec["unavailable"] and "'cuda'" in rec["unavailable"], rec
+    missing_sglang = fx.run_py(None, """
+    sys.modules["sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"] = None
+    import kda_kernels
+    from kda_kernels.overlay import KdaInstallError
+    try:
+        kda_kernels.install(strict=True, families=["norm_scale_shift"])
+        emit({"raised": None})
+    except KdaInstallError as e:
+        emit({"raised": str(e)})
+    """)
+    assert missing_sglang["raised"] and "cannot import SGLang's baseline" in missing_sglang["raised"], missing_sglang
