@@ -1,149 +1,146 @@
-"""Candidate c002: fused in-place QK RMSNorm + RoPE in Triton (qknorm_rope.py: the kernel, its byte model and
-the bound).
+"""Candidate c007: fused in-place QK RMSNorm + RoPE as a CUDA kernel for the H200 (sm_90a).
 
-The kernel's contract (prompt.md K, SGLang 0.5.23's accepted inputs on the default path), everything else goes to
-SGLang's own function (``lazy_baseline``: from its defining module, never from the facade the overlay rebinds),
-which also raises where SGLang raises:
+Sources: qknorm_rope_core.cuh (the per-thread code, its byte model and bound, the launch plan; shared with the CPU
+emulator of tests/emu), qknorm_rope.cu (kernels, PDL launch), qknorm_rope_contract.h (which calls the kernel
+takes), qknorm_rope_binding.cpp (torch binding). docs/notes.md: the analysis of SGLang's kernel and this design.
+
+The kernel's contract (qknorm_rope_contract.h; everything else goes to SGLang's own function, captured through
+``lazy_baseline`` from its defining module, which also raises where SGLang raises):
 
 - ``round_norm_before_rope=False`` (True: SGLang's bits are the contract, handed to SGLang);
-- q ``[N,Hq,D]`` and k ``[N,Hk,D]`` of one dtype, fp16 or bf16 (fp32 too, which SGLang rejects: same math, the
-  CPU interpreter's fp32 rows run it), D in {64, 128, 256}, ``head_dim`` 0 or D, last stride 1, any token
-  stride, the same head stride (where both have more than one head), no zero strides on a dim of size > 1 (an
-  in-place write through overlapping rows is SGLang's to answer);
+- q ``[N,Hq,D]`` and k ``[N,Hk,D]`` of one dtype, fp16 or bf16, D in {64, 128, 256}, ``head_dim`` 0 or D, last
+  stride 1, rows 16-byte aligned and apart (token and head strides multiples of 8 elements, no overlap), SGLang's
+  one head stride where both have more than one head; N x (Hq + Hk) < 2^31;
 - weights ``[D]`` contiguous in q's dtype; positions ``[N]`` int32/int64 contiguous; cos_sin_cache ``[P, W]``
-  contiguous, fp32/fp16/bf16, P > 0, ``rope_dim = rope_dim or (W // 2 if cache_has_full_width else W)`` with
-  ``W == (2 if full width else 1) * rope_dim``, ``0 < rope_dim <= D``, ``rope_dim % (D/32) == 0`` and, for NeoX,
-  an even number ``>= 2`` of rotary lanes ``rope_dim / (D/32)`` (SGLang's template asserts);
-- flags of type bool, head_dim/rope_dim ints, eps a real number; every tensor on one CUDA device (or the CPU
-  under the Triton interpreter), no autograd recording.
+  contiguous, fp32 or q's dtype, P > 0, 16-byte aligned; ``rope_dim = rope_dim or (W // 2 if full width else W)``
+  valid for SGLang (``0 < rope_dim <= D``, ``W == (2 if full width else 1) * rope_dim``, ``rope_dim % (D/32) == 0``,
+  NeoX: an even lane count) and for this kernel's 8-element lanes: ``rope_dim % 8 == 0`` (NeoX: ``rope_dim / 2``);
+- every tensor on one CUDA device that is the current one, of compute capability 9.0; no autograd recording;
+  exact ``torch.Tensor`` (or ``nn.Parameter``) objects, flags of type bool, not under ``torch.compile`` tracing.
 
 N == 0 or Hq + Hk == 0: nothing to do, returns (SGLang returns early too).
 
-Host path: the first call of a signature (shapes, strides, dtypes, devices, the current device and every
-non-tensor argument) runs the checks above and ``kernel[grid]``; the compiled launch is kept
-(``kda_kernels.launch_cache``) and later calls of that signature skip the checks the signature decides and Triton's
-dispatch: exact ``torch.Tensor`` inputs on CUDA, 16-byte aligned, no autograd recording and not under
-``torch.compile`` tracing are checked on every call; anything else takes the checked path.
+Host path: the Python checks above that need no tensor attribute (classes, flag types, compile state), then one
+pybind11 call; the binding reads sizes, strides, dtypes and devices in C++, decides, and launches with
+cudaLaunchKernelEx on torch's current stream, or returns False (then SGLang runs). No signature cache, no
+allocation, no synchronization.
 
-Importing this module builds nothing and needs no GPU; Triton compiles on the first call.
+Build: the extension (kda_kernels.prebuilt.Extension, named by the sources' hash) builds on the first CUDA call
+in the lab (``src/`` imported by the harness). Imported as the exported overlay copy
+(``kda_kernels.diffusion...``) it never compiles inside a serving process: a missing build sends every call to
+SGLang until ``python -m kda_kernels build`` has run. Importing this module builds nothing and needs no GPU.
 """
 
 from __future__ import annotations
 
-import numbers
+import hashlib
+import os
+from typing import Any
 
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, current_device, may_repeat, runs_here
+from kda_kernels.prebuilt import Extension
 
-from .qknorm_rope import launch
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = ("qknorm_rope.cu", "qknorm_rope_binding.cpp")
+_HEADERS = ("qknorm_rope_core.cuh", "qknorm_rope_contract.h", "qknorm_rope_launch.h")
 
-_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_CACHE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_POS_DTYPES = (torch.int32, torch.int64)
-_HEAD_DIMS = (64, 128, 256)
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for name in _SOURCES + _HEADERS:
+        with open(os.path.join(_HERE, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:12]
+
+
+# The exported copy is imported as kda_kernels.diffusion.<family>._impls.h200.register: serving code, where a
+# first call must never start nvcc.
+_BUILD_ON_FIRST_USE = not __name__.startswith("kda_kernels.")
+
+EXTENSION = Extension(
+    name=f"kda_h200_qknorm_rope_{_source_hash()}",
+    arch="h200",
+    sources=tuple(os.path.join(_HERE, s) for s in _SOURCES),
+    include_paths=(_HERE,),
+    cflags=("-O3", "-std=c++20"),
+    cuda_cflags=("-O3", "-std=c++20", "-gencode=arch=compute_90a,code=sm_90a"),
+)
 
 _sglang_qknorm_rope = lazy_baseline("fused_inplace_qknorm_rope")
 
-LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_is_compiling = torch.compiler.is_compiling
+_ext: Any = None  # the extension module, once a CUDA call has loaded it
+_ext_tried = False
+
+# flags of the binding's call: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py) above
+FLAG_NEOX, FLAG_FULL_WIDTH = 1, 2
+ROWS_SHIFT, PREFETCH_SHIFT, FLAG_LATE_TRIGGER = 4, 8, 1 << 12
 
 
-def _signature(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-               cache: torch.Tensor, positions: torch.Tensor, *extra: object) -> tuple[object, ...] | None:
-    """What the contract checks and the launch plan depend on, for exact CUDA tensors; None otherwise."""
-    tensors = (q, k, q_weight, k_weight, cache, positions)
-    if any(t.__class__ is not torch.Tensor for t in tensors) or not q.is_cuda:
-        return None
-    return (*((t.shape, t.stride(), t.dtype, t.device) for t in tensors), current_device(), *extra)
-
+def load_extension(verbose: bool = False) -> Any:
+    """The CUDA extension module, or None where it is not built and this copy may not build it."""
+    global _ext, _ext_tried
+    if _ext is None:
+        _ext = EXTENSION.module or EXTENSION.load(build=_BUILD_ON_FIRST_USE, verbose=verbose)
+    _ext_tried = True
+    return _ext
 
 
 def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                               cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool,
                               eps: float = 1e-6, head_dim: int = 0, rope_dim: int = 0,
                               round_norm_before_rope: bool = False, cache_has_full_width: bool = False) -> None:
-    key = None
-    if not round_norm_before_rope and is_neox.__class__ is bool and cache_has_full_width.__class__ is bool:
-        key = _signature(q, k, q_weight, k_weight, cos_sin_cache, positions, is_neox, eps, head_dim, rope_dim,
-                         cache_has_full_width)
-    kept = LAUNCHES.get(key) if key is not None else None
-    if kept is not None and may_repeat(q, k, q_weight, k_weight, cos_sin_cache, positions):
-        kept(q, k, q_weight, k_weight, cos_sin_cache, positions)
-        return None
-    return _checked(q, k, q_weight, k_weight, cos_sin_cache, positions, is_neox, eps, head_dim, rope_dim,
-                    round_norm_before_rope, cache_has_full_width, key)
+    ext = _ext
+    if ext is None and not _ext_tried and isinstance(q, torch.Tensor) and q.is_cuda:
+        ext = load_extension()  # the first CUDA call (the lab builds here; a serving copy only loads)
+    if (ext is not None and round_norm_before_rope is False and is_neox.__class__ is bool
+            and cache_has_full_width.__class__ is bool and q.__class__ in _TENSORS and k.__class__ in _TENSORS
+            and q_weight.__class__ in _TENSORS and k_weight.__class__ in _TENSORS
+            and cos_sin_cache.__class__ in _TENSORS and positions.__class__ in _TENSORS and not _is_compiling()):
+        try:
+            if ext.qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, head_dim, rope_dim,
+                               is_neox + FLAG_FULL_WIDTH * cache_has_full_width):
+                return None
+        except TypeError:  # an eps, head_dim or rope_dim pybind11 does not convert: SGLang's call to answer
+            pass
+    return _sglang_qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, is_neox=is_neox, eps=eps,
+                               head_dim=head_dim, rope_dim=rope_dim, round_norm_before_rope=round_norm_before_rope,
+                               cache_has_full_width=cache_has_full_width)
 
 
+def _knob_flags(is_neox: bool, full_width: bool, rows: int, prefetch: int, late_trigger: bool) -> int:
+    assert rows in (0, 1, 2, 4) and prefetch in (0, 1, 2)
+    return (int(is_neox) + FLAG_FULL_WIDTH * int(full_width) + (rows << ROWS_SHIFT) + (prefetch << PREFETCH_SHIFT)
+            + (FLAG_LATE_TRIGGER if late_trigger else 0))
 
 
-def rope_width(head_dim: int, cache_width: int, rope_dim: int, is_neox: bool, full_width: bool) -> int:
-    """SGLang's rope_dim (its wrapper's default, its template's asserts), or 0 where the kernel does not take it."""
-    rope = rope_dim or (cache_width // 2 if full_width else cache_width)
-    lane = head_dim // 32  # elements per lane of SGLang's warp kernel
-    if rope <= 0 or rope > head_dim or rope % lane or cache_width != (2 * rope if full_width else rope):
-        return 0
-    if is_neox and (rope // lane < 2 or (rope // lane) % 2):
-        return 0
-    return rope
+def run_variant(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool, eps: float = 1e-6,
+                rope_dim: int = 0, cache_has_full_width: bool = False, rows: int = 0, prefetch: int = 0,
+                late_trigger: bool = False) -> None:
+    """The kernel with the dev knobs of dev/sweep.py (rows per item 1/2/4, L2 prefetch 1 off / 2 on,
+    launch_dependents at the end); raises for a call outside the contract (no SGLang fallback here)."""
+    ext = load_extension()
+    flags = _knob_flags(is_neox, cache_has_full_width, rows, prefetch, late_trigger)
+    if ext is None or not ext.qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, 0, rope_dim,
+                                          flags):
+        raise ValueError("qknorm_rope c007: the call is outside the kernel's contract")
 
 
-def _overlapping(t: torch.Tensor) -> bool:
-    return any(size > 1 and stride == 0 for size, stride in zip(t.shape[:-1], t.stride()[:-1], strict=True))
-
-
-def _in_contract(q: object, k: object, q_weight: object, k_weight: object, cache: object, positions: object,
-                 is_neox: object, eps: object, head_dim: object, rope_dim: object, round_norm: object,
-                 full_width: object) -> int:
-    """The rope width the kernel runs the call with, or 0 when the call goes to SGLang."""
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, q_weight, k_weight, cache, positions)):
-        return 0
-    if not (isinstance(is_neox, bool) and isinstance(round_norm, bool) and isinstance(full_width, bool)):
-        return 0
-    if round_norm or not isinstance(eps, numbers.Real) or isinstance(eps, bool):
-        return 0
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (head_dim, rope_dim)):
-        return 0
-    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)  # for the type checker
-    assert isinstance(q_weight, torch.Tensor) and isinstance(k_weight, torch.Tensor)
-    assert isinstance(cache, torch.Tensor) and isinstance(positions, torch.Tensor)
-    if q.dim() != 3 or k.dim() != 3 or q.dtype not in _X_DTYPES or k.dtype != q.dtype:
-        return 0
-    n, hq, d = q.shape
-    if k.shape[0] != n or k.shape[2] != d or d not in _HEAD_DIMS or head_dim not in (0, d):
-        return 0
-    if q.stride(2) != 1 or k.stride(2) != 1 or _overlapping(q) or _overlapping(k):
-        return 0
-    if hq > 1 and k.shape[1] > 1 and q.stride(1) != k.stride(1):
-        return 0
-    for w in (q_weight, k_weight):
-        if w.dim() != 1 or w.shape[0] != d or w.dtype != q.dtype or not w.is_contiguous():
-            return 0
-    if positions.dim() != 1 or positions.shape[0] != n or positions.dtype not in _POS_DTYPES \
-            or not positions.is_contiguous():
-        return 0
-    if cache.dim() != 2 or cache.dtype not in _CACHE_DTYPES or not cache.is_contiguous() or cache.shape[0] == 0:
-        return 0
-    if not runs_here(q, k, q_weight, k_weight, cache, positions):
-        return 0
-    return rope_width(d, cache.shape[1], rope_dim, is_neox, full_width)
-
-
-def _checked(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-             cache: torch.Tensor, positions: torch.Tensor, is_neox: bool, eps: float, head_dim: int, rope_dim: int,
-             round_norm: bool, full_width: bool, key: tuple[object, ...] | None) -> None:
-    rope = _in_contract(q, k, q_weight, k_weight, cache, positions, is_neox, eps, head_dim, rope_dim, round_norm,
-                        full_width)
-    if not rope:
-        return _sglang_qknorm_rope(q, k, q_weight, k_weight, cache, positions, is_neox=is_neox, eps=eps,
-                                   head_dim=head_dim, rope_dim=rope_dim, round_norm_before_rope=round_norm,
-                                   cache_has_full_width=full_width)
-    if q.shape[0] == 0 or q.shape[1] + k.shape[1] == 0:
-        return None
-    kept = launch(q, k, q_weight, k_weight, cache, positions, float(eps), rope, is_neox, full_width)
-    if key is not None and may_repeat(q, k, q_weight, k_weight, cache, positions):
-        LAUNCHES.keep(key, kept)
-    return None
+def launch_plan(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool, rope_dim: int = 0,
+                cache_has_full_width: bool = False, rows: int = 0, prefetch: int = 0) -> dict[str, int]:
+    """What the kernel would launch for this call (empty outside the contract): rows per item, chunks per token,
+    items, CTAs, L2-prefetch bytes per CTA, resident CTAs per SM."""
+    ext = load_extension()
+    flags = _knob_flags(is_neox, cache_has_full_width, rows, prefetch, False)
+    out = [] if ext is None else ext.plan(q, k, q_weight, k_weight, cos_sin_cache, positions, 1e-6, 0, rope_dim,
+                                          flags)
+    keys = ("rows_per_item", "chunks_per_token", "n_items", "blocks", "prefetch_bytes", "ctas_per_sm")
+    return dict(zip(keys, out, strict=True)) if out else {}
 
 
 EXPORTS = {
