@@ -227,7 +227,7 @@ def test_promoted_candidate_is_the_headline_and_superseded_runs_are_dropped(tmp_
     from tests.test_cli import kda
 
     line = next(ln for ln in kda("tasks", root=root).stdout.splitlines() if ln.startswith(FSS + " "))
-    assert " 1.20x " in line and "1.30x" not in line, line
+    assert " 1.200x " in line and "1.300x" not in line, line
     for name in ("speedup.png", "tbps.png", "lineage.png"):
         png = root / report.PLOTS / FSS / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
