@@ -56,7 +56,8 @@ _TRACE: set[str] | None = None
 
 
 class trace_impl_calls:
-    """``with trace_impl_calls() as families:`` collects the families whose impls ran inside the block."""
+    """``with trace_impl_calls() as families:`` collects the families whose impls ran inside the block (every
+    dispatched call; under KDA_FORCE_ARCH an impl without ``supports`` is called bare and is not seen)."""
 
     def __enter__(self) -> set[str]:
         global _TRACE
@@ -108,12 +109,7 @@ def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[st
         if impl is None:
             return baseline
         if supports is None:
-            def run_forced_all(*args: Any, **kwargs: Any) -> Any:
-                if _TRACE is not None:
-                    _TRACE.add(family)
-                return impl(*args, **kwargs)
-
-            return run_forced_all
+            return impl  # the impl itself, no wrapper (and so not traced: a forced arch is a lab/test mode)
 
         def run_forced(*args: Any, **kwargs: Any) -> Any:
             if supports(*args, **kwargs):
