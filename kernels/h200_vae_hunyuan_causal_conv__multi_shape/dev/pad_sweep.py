@@ -6,10 +6,10 @@ same-size copy on the task's largest rows, to pick the launcher's defaults befor
 --cuda also builds dev/pad_cuda/ (torch.utils.cpp_extension with nvcc, sm_90a, -O3, no fast math) and times its
 kernels as more variants: pad_rows.cu (a warp per output row, 16-byte loads into shared memory, 16-byte stores
 aligned to the output) and pad_vec.cu's two (one aligned 16-byte output vector per thread step, its source bytes
-shifted into place in registers; "cuda vec" sends row edges and row straddles down a scalar path, "cuda vec
-uniform" builds them with pad_vec_core.cuh's clamped shifts, the same instructions in every lane). Each is first
-checked bit for bit against F.pad on odd shapes (rows narrower than a vector, tails, unaligned rows, head/tail pads
-of 0-3) in fp16, bf16 and fp32.
+shifted into place in registers; "cuda vec" sends row edges and row straddles down a scalar path, "cuda uniform
+xN" builds them with pad_vec_core.cuh's clamped shifts, the same instructions in every lane, N vectors per thread
+step). Each is first checked bit for bit against F.pad on odd shapes (rows narrower than a vector, tails, unaligned
+rows, head/tail pads of 0-3) in fp16, bf16 and fp32.
 
 Each variant's output is compared with F.pad bit for bit before it is timed. Times are triton.testing.do_bench
 medians; every row moves >= 200 MB, several times the 60 MB L2, so no input rotation is needed.
@@ -110,7 +110,8 @@ def _cuda_pads() -> dict:
                verbose=False)
     pads = {"cuda rows": lambda x, out, p: ext.pad_rows(x, out, p[0], p[2], p[4]),
             "cuda vec": lambda x, out, p: ext.pad_vec(x, out, p[0], p[2], p[4]),
-            "cuda vec uniform": lambda x, out, p: ext.pad_vec_uniform(x, out, p[0], p[2], p[4])}
+            **{f"cuda uniform x{n}": (lambda x, out, p, n=n: ext.pad_vec_uniform(x, out, p[0], p[2], p[4], n))
+               for n in (1, 2, 4)}}
     cases = [((1, 3, 2, 7, 13), (1, 1, 1, 1, 2, 0)), ((2, 2, 3, 5, 1), (1, 1, 1, 1, 2, 0)),
              ((1, 2, 1, 41, 99), (3, 0, 2, 5, 1, 2)), ((1, 4, 3, 9, 212), (1, 1, 1, 1, 2, 0)),
              ((1, 4, 3, 9, 848), (1, 1, 1, 1, 2, 0)), ((1, 3, 2, 5, 2), (0, 3, 0, 0, 0, 1)),

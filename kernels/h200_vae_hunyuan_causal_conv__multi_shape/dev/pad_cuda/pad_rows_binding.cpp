@@ -15,13 +15,14 @@ cudaError_t launch_pad_vec(const T* x, T* out, int B, int C, int T_in, int H, in
                            int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream);
 template <typename T>
 cudaError_t launch_pad_vec_uniform(const T* x, T* out, int B, int C, int T_in, int H, int W, int To, int Ho, int Wo,
-                                   int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream);
+                                   int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream, int vpt);
 }
 
 // out = F.pad(x, (pad_w, *, pad_h, *, pad_t, *), "replicate"); the right pads are read off out's shape.
-template <template <typename> class Launch>
-void pad_with(const char* name, const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h,
-              int64_t pad_t) {
+// launch: a generic callable (launch)(const T* x, T* out, B, C, T, H, W, To, Ho, Wo, pad_t, pad_h, pad_w, sms, stream)
+template <typename Launch>
+void pad_with(const char* name, Launch launch, const torch::Tensor& x, torch::Tensor& out, int64_t pad_w,
+              int64_t pad_h, int64_t pad_t) {
   TORCH_CHECK(x.is_cuda() && out.is_cuda() && x.dim() == 5 && out.dim() == 5, name, ": 5-D CUDA tensors");
   TORCH_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype(), name, ": contiguous, one dtype");
   TORCH_CHECK(x.size(0) == out.size(0) && x.size(1) == out.size(1), name, ": B and C must match");
@@ -36,46 +37,32 @@ void pad_with(const char* name, const torch::Tensor& x, torch::Tensor& out, int6
   const int To = out.size(2), Ho = out.size(3), Wo = out.size(4);
   cudaError_t err;
   if (x.element_size() == 2) {
-    err = Launch<uint16_t>::run(static_cast<const uint16_t*>(x.data_ptr()), static_cast<uint16_t*>(out.data_ptr()),
-                                B, C, T, H, W, To, Ho, Wo, pad_t, pad_h, pad_w, sms, stream);
+    err = launch(static_cast<const uint16_t*>(x.data_ptr()), static_cast<uint16_t*>(out.data_ptr()), B, C, T, H, W,
+                 To, Ho, Wo, static_cast<int>(pad_t), static_cast<int>(pad_h), static_cast<int>(pad_w), sms, stream);
   } else {
     TORCH_CHECK(x.element_size() == 4, name, ": 2- or 4-byte elements");
-    err = Launch<uint32_t>::run(static_cast<const uint32_t*>(x.data_ptr()), static_cast<uint32_t*>(out.data_ptr()),
-                                B, C, T, H, W, To, Ho, Wo, pad_t, pad_h, pad_w, sms, stream);
+    err = launch(static_cast<const uint32_t*>(x.data_ptr()), static_cast<uint32_t*>(out.data_ptr()), B, C, T, H, W,
+                 To, Ho, Wo, static_cast<int>(pad_t), static_cast<int>(pad_h), static_cast<int>(pad_w), sms, stream);
   }
   TORCH_CHECK(err == cudaSuccess, name, ": ", cudaGetErrorString(err));
 }
 
-template <typename T>
-struct Rows {
-  template <typename... A>
-  static cudaError_t run(A... a) { return kda_pad::launch_pad_rows<T>(a...); }
-};
-template <typename T>
-struct Vec {
-  template <typename... A>
-  static cudaError_t run(A... a) { return kda_pad::launch_pad_vec<T>(a...); }
-};
-
-template <typename T>
-struct VecUniform {
-  template <typename... A>
-  static cudaError_t run(A... a) { return kda_pad::launch_pad_vec_uniform<T>(a...); }
-};
-
 void pad_rows(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t) {
-  pad_with<Rows>("pad_rows", x, out, pad_w, pad_h, pad_t);
+  pad_with("pad_rows", [](auto... a) { return kda_pad::launch_pad_rows(a...); }, x, out, pad_w, pad_h, pad_t);
 }
 void pad_vec(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t) {
-  pad_with<Vec>("pad_vec", x, out, pad_w, pad_h, pad_t);
+  pad_with("pad_vec", [](auto... a) { return kda_pad::launch_pad_vec(a...); }, x, out, pad_w, pad_h, pad_t);
 }
-
-void pad_vec_uniform(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t) {
-  pad_with<VecUniform>("pad_vec_uniform", x, out, pad_w, pad_h, pad_t);
+void pad_vec_uniform(const torch::Tensor& x, torch::Tensor& out, int64_t pad_w, int64_t pad_h, int64_t pad_t,
+                     int64_t vpt) {
+  const int n = static_cast<int>(vpt);
+  pad_with("pad_vec_uniform", [n](auto... a) { return kda_pad::launch_pad_vec_uniform(a..., n); }, x, out, pad_w,
+           pad_h, pad_t);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pad_rows", &pad_rows, "replicate pad, NCDHW, a warp per output row (dev)");
   m.def("pad_vec", &pad_vec, "replicate pad, NCDHW, 16-byte output vectors (dev)");
-  m.def("pad_vec_uniform", &pad_vec_uniform, "replicate pad, NCDHW, 16-byte vectors, no divergent path (dev)");
+  m.def("pad_vec_uniform", &pad_vec_uniform, "replicate pad, NCDHW, 16-byte vectors, no divergent path (dev)",
+        py::arg("x"), py::arg("out"), py::arg("pad_w"), py::arg("pad_h"), py::arg("pad_t"), py::arg("vpt") = 1);
 }

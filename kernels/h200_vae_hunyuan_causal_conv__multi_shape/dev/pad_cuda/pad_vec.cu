@@ -146,20 +146,32 @@ struct LdgLoad {
   }
 };
 
-template <typename T>
+template <typename T, int VPT>
 __global__ void __launch_bounds__(256)
 pad_vec_uniform_kernel(const T* __restrict__ x, T* __restrict__ out, long long n_vec, UniformGeom g) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long v = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; v < n_vec; v += stride) {
-    const Vec16 o = pad_vector(x, g, v, LdgLoad{});
-    reinterpret_cast<uint4*>(out)[v] = make_uint4(o.w[0], o.w[1], o.w[2], o.w[3]);
+  // VPT vectors per thread step, 256 apart (each warp store stays 512 contiguous bytes): every load of the step
+  // is issued before the first store, so VPT times the bytes are in flight per thread
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.x * VPT;
+  for (long long v0 = static_cast<long long>(blockIdx.x) * blockDim.x * VPT + threadIdx.x; v0 < n_vec; v0 += step) {
+    Vec16 o[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const long long v = v0 + static_cast<long long>(k) * blockDim.x;
+      if (v < n_vec) o[k] = pad_vector(x, g, v, LdgLoad{});
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const long long v = v0 + static_cast<long long>(k) * blockDim.x;
+      if (v < n_vec) reinterpret_cast<uint4*>(out)[v] = make_uint4(o[k].w[0], o[k].w[1], o[k].w[2], o[k].w[3]);
+    }
   }
 }
 
-// As launch_pad_vec; rows narrower than a vector (W or Wo < 16 / sizeof(T)) take launch_pad_vec's kernel.
+// As launch_pad_vec, with vpt (1, 2 or 4) vectors per thread step; rows narrower than a vector (W or Wo < 16 /
+// sizeof(T)) take launch_pad_vec's kernel.
 template <typename T>
 cudaError_t launch_pad_vec_uniform(const T* x, T* out, int B, int C, int T_in, int H, int W, int To, int Ho, int Wo,
-                                   int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream) {
+                                   int pad_t, int pad_h, int pad_w, int sm_count, cudaStream_t stream, int vpt) {
   constexpr int kVec = 16 / sizeof(T);
   if (W < kVec || Wo < kVec) {
     return launch_pad_vec<T>(x, out, B, C, T_in, H, W, To, Ho, Wo, pad_t, pad_h, pad_w, sm_count, stream);
@@ -170,17 +182,20 @@ cudaError_t launch_pad_vec_uniform(const T* x, T* out, int B, int C, int T_in, i
   const PadGeom tail_g{C, T_in, H, W, To, Ho, Wo, pad_t, pad_h, pad_w, 1.0 / Wo};
   const long long n_out = static_cast<long long>(B) * C * To * Ho * Wo;
   const long long n_vec = n_out / kVec;
-  const long long want = (n_vec + 255) / 256;
+  if (vpt != 1 && vpt != 2 && vpt != 4) return cudaErrorInvalidValue;
+  const long long want = (n_vec + 256LL * vpt - 1) / (256LL * vpt);
   const int blocks = static_cast<int>(want < 8LL * sm_count ? want : 8LL * sm_count);
-  pad_vec_uniform_kernel<T><<<blocks, 256, 0, stream>>>(x, out, n_vec, g);
+  if (vpt == 1) pad_vec_uniform_kernel<T, 1><<<blocks, 256, 0, stream>>>(x, out, n_vec, g);
+  if (vpt == 2) pad_vec_uniform_kernel<T, 2><<<blocks, 256, 0, stream>>>(x, out, n_vec, g);
+  if (vpt == 4) pad_vec_uniform_kernel<T, 4><<<blocks, 256, 0, stream>>>(x, out, n_vec, g);
   if (n_out > n_vec * kVec) pad_tail_kernel<T><<<1, kVec, 0, stream>>>(x, out, n_vec * kVec, n_out, tail_g);
   return cudaGetLastError();
 }
 
 template cudaError_t launch_pad_vec_uniform<uint16_t>(const uint16_t*, uint16_t*, int, int, int, int, int, int, int,
-                                                      int, int, int, int, int, cudaStream_t);
+                                                      int, int, int, int, int, cudaStream_t, int);
 template cudaError_t launch_pad_vec_uniform<uint32_t>(const uint32_t*, uint32_t*, int, int, int, int, int, int, int,
-                                                      int, int, int, int, int, cudaStream_t);
+                                                      int, int, int, int, int, cudaStream_t, int);
 template cudaError_t launch_pad_vec<uint16_t>(const uint16_t*, uint16_t*, int, int, int, int, int, int, int, int,
                                               int, int, int, int, cudaStream_t);
 template cudaError_t launch_pad_vec<uint32_t>(const uint32_t*, uint32_t*, int, int, int, int, int, int, int, int,
