@@ -72,6 +72,12 @@ class trace_impl_calls:
         _TRACE = self._outer
 
 
+def note_impl_call(family: str) -> None:
+    """Record that ``family``'s own code serves a call (for code outside the runners: the fast paths)."""
+    if _TRACE is not None:
+        _TRACE.add(family)
+
+
 class KdaDispatchError(RuntimeError):
     pass
 

@@ -54,8 +54,8 @@ def _serves(arch: str, forced: str | None, family: str):
             ok = forced == arch
         else:
             ok = device.type == "cuda" and dispatch.device_arch(device.index if device.index is not None else 0) == arch
-        if ok and dispatch._TRACE is not None:  # kda e2e: this family's code runs in the model (trace_impl_calls)
-            dispatch._TRACE.add(family)
+        if ok:
+            dispatch.note_impl_call(family)  # kda e2e: this family's code runs in the model (trace_impl_calls)
         return ok
 
     return serves

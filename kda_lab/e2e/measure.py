@@ -99,8 +99,9 @@ def model_agreement(off: torch.Tensor, on: torch.Tensor, fp32: torch.Tensor,
 
 
 def family_tolerance(families: set[str], dtype: torch.dtype, arch: str = "h200") -> Tolerance:
-    """The loosest tolerance among the promoted families' tasks for ``dtype``; bit-exact when none applies
-    (a task without a ``[tolerances]`` entry for the dtype, or no family: both sides run the same code)."""
+    """The loosest tolerance among these families' tasks for ``dtype`` (kda e2e passes the families whose kernels
+    ran in the forward); bit-exact when none applies (a task without a ``[tolerances]`` entry for the dtype, or no
+    family: both sides run the same code)."""
     name = DTYPE_NAMES.get(dtype, str(dtype))
     best = Tolerance(0.0, 0.0, "bit-exact")
     for fam in sorted(families):

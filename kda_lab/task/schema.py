@@ -194,22 +194,31 @@ def hashed_helpers(py_texts: list[bytes]) -> list[tuple[str, bytes]]:
     return out
 
 
-def source_hash(src_dir: Path) -> str:
-    """sha256 over the candidate's sources (relative path + bytes), caches and build outputs excluded, plus each
-    kda_kernels helper of HASHED_HELPERS that a source imports (``kda_kernels.<helper>``)."""
+def hash_files(base: Path, rels: list[str]) -> str:
+    """The source hash over an explicit list of files under ``base`` (relative paths, sorted by path): sha256 of
+    each path and its bytes, plus each kda_kernels helper of HASHED_HELPERS that one of the .py files imports. The
+    exporter hashes the list of files it copies with this, so a copy list that differs from the hash's shows."""
     h = hashlib.sha256()
     texts = []
-    for p in sorted(src_dir.rglob("*")):
+    for rel in sorted(rels, key=lambda r: (base / r)):
+        data = (base / rel).read_bytes()
+        h.update(rel.encode() + b"\0" + data + b"\0")
+        if rel.endswith(".py"):
+            texts.append(data)
+    for helper, data in hashed_helpers(texts):
+        h.update(helper.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()[:16]
+
+
+def source_hash(src_dir: Path) -> str:
+    """The candidate's source hash: ``hash_files`` over src/, caches and build outputs excluded."""
+    rels = []
+    for p in src_dir.rglob("*"):
         rel = p.relative_to(src_dir)
         if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".so", ".o") or "build" in rel.parts:
             continue
-        data = p.read_bytes()
-        h.update(p.relative_to(src_dir).as_posix().encode() + b"\0" + data + b"\0")
-        if p.suffix == ".py":
-            texts.append(data)
-    for rel, data in hashed_helpers(texts):
-        h.update(rel.encode() + b"\0" + data + b"\0")
-    return h.hexdigest()[:16]
+        rels.append(rel.as_posix())
+    return hash_files(src_dir, rels)
 
 
 def load_candidate(task: Task) -> ModuleType:

@@ -143,20 +143,11 @@ def source_files(src: Path) -> list[str]:
 
 
 def hash_files(base: Path, rels: list[str]) -> str:
-    """kda_lab.task.source_hash's algorithm over an explicit file list (sorted by path), plus the kda_kernels
-    helpers those sources import (they ship in kda_kernels, not in the copied src/)."""
-    from kda_lab.task.schema import hashed_helpers
+    """kda_lab.task.source_hash's algorithm over the files this exporter copies (their list is the exporter's own:
+    the check in export() shows a copy list that differs from what the hash covers)."""
+    from kda_lab.task.schema import hash_files as lab_hash_files
 
-    h = hashlib.sha256()
-    texts = []
-    for rel in sorted(rels, key=lambda r: (base / r)):
-        data = (base / rel).read_bytes()
-        h.update(rel.encode() + b"\0" + data + b"\0")
-        if rel.endswith(".py"):
-            texts.append(data)
-    for helper, data in hashed_helpers(texts):
-        h.update(helper.encode() + b"\0" + data + b"\0")
-    return h.hexdigest()[:16]
+    return lab_hash_files(base, rels)
 
 
 def task_source_hash(src: Path) -> str:

@@ -146,13 +146,16 @@ __host__ __device__ __forceinline__ const T* source_row(const T* x, const Unifor
 
 // Output vector v (elements v * V .. v * V + V - 1 of the flat output). Needs W >= V and Wo >= V (a vector then
 // spans at most two rows) and a whole vector inside the output.
-template <typename T, typename Load>
-__host__ __device__ __forceinline__ Vec16 pad_vector(const T* x, const UniformGeom& g, long long v, Load load) {
-  constexpr int V = 16 / static_cast<int>(sizeof(T));
-  const long long e0 = v * V;
-  // the row by an fp64 reciprocal, exact after one correction step (e0 < 2^40 here)
-  long long r = static_cast<long long>(static_cast<double>(e0) * g.inv_wo);
-  long long c = e0 - r * g.Wo;
+struct RowCol {
+  long long r;
+  int c;
+};
+
+// Output row and column of flat output element e, by an fp64 reciprocal of Wo: exact after one correction step
+// (e < 2^40 here, so the product's error is far below one row).
+__host__ __device__ __forceinline__ RowCol split_row(long long e, const UniformGeom& g) {
+  long long r = static_cast<long long>(static_cast<double>(e) * g.inv_wo);
+  long long c = e - r * g.Wo;
   if (c < 0) {
     --r;
     c += g.Wo;
@@ -160,7 +163,15 @@ __host__ __device__ __forceinline__ Vec16 pad_vector(const T* x, const UniformGe
     ++r;
     c -= g.Wo;
   }
-  const int c0 = static_cast<int>(c);
+  return RowCol{r, static_cast<int>(c)};
+}
+
+template <typename T, typename Load>
+__host__ __device__ __forceinline__ Vec16 pad_vector(const T* x, const UniformGeom& g, long long v, Load load) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  const RowCol rc = split_row(v * V, g);
+  const long long r = rc.r;
+  const int c0 = rc.c;
   Vec16 out = row_vector(source_row(x, g, static_cast<uint32_t>(r)), c0, g.W, g.pad_w, load);
   const int in_row = g.Wo - c0;
   if (in_row < V) {  // the vector runs into the next row: that row's columns from 0, merged by byte position
