@@ -90,4 +90,5 @@ def lazy_baseline(function: str) -> Callable[..., Any]:
 
     call.__name__ = call.__qualname__ = function
     call.__doc__ = f"SGLang 0.5.23's {function}, resolved on first call (kda_kernels.lazy_baseline)."
+    call.kda_sglang_function = function  # type: ignore[attr-defined]  # the exporter promotes none of these
     return call

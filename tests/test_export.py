@@ -207,6 +207,24 @@ def test_refuses_the_baseline_passthrough_candidate(lab, capsys):
     assert not impl_dir(lab).exists()
 
 
+def test_a_function_forwarded_to_sglang_is_never_promoted(lab, capsys):
+    # Its rows time SGLang against itself: a 1.001x there is noise, and status() must not call it rebound.
+    reg = lab / "kernels" / SLUG / "src" / "register.py"
+    reg.write_text(REGISTER.replace("from .kernel import (", "from kda_kernels import lazy_baseline\n\nfrom .kernel import (")
+                   .replace('"fuse_scale_shift_kernel": fuse_scale_shift_kernel,',
+                            '"fuse_scale_shift_kernel": lazy_baseline("fuse_scale_shift_kernel"),'))
+    h = src_hash(lab)
+    add_check(lab, h)
+    add_bench(lab, h, GOOD)
+    rc, out = run(lab, SLUG, capsys=capsys)
+    assert rc == 0, out
+    manifest = json.loads((impl_dir(lab) / ex.MANIFEST).read_text())
+    assert set(manifest["functions"]) == {"fuse_layernorm_scale_shift_gate_select01_kernel"}
+    assert "SGLang's own function" in manifest["not_promoted"]["fuse_scale_shift_kernel"]
+    assert "KDA_OPTIMIZED_fuse_scale_shift_kernel = False" in family_init(lab)
+    assert ex.check(lab, out=lambda s: None) == 0  # the stamps recompute with the reason kept
+
+
 def test_task_toml_must_name_the_overlays_sglang_target(lab, capsys):
     (lab / "kernels" / SLUG / "task.toml").write_text(_task_toml(sglang_override="sglang.somewhere:fuse_scale_shift_kernel"))
     rc, out = run(lab, SLUG, capsys=capsys)

@@ -19,8 +19,9 @@ identifies the task's arch (``kda_lab.evidence``: an H100 is not an H200):
 - benchmark.csv: the latest ``bench`` run (one run_id, not superseded) of that hash that covers every
   production row of task.toml with a finite speedup (a partial run neither promotes nor replaces a whole-table
   run), with an equal-weight geomean >= 1.0 and no row below 0.97x.
-A function is promoted when the candidate exports it and its rows' geomean is >= 1.0; others stay on
-SGLang's code (partial promotion). Stamps and the export manifest come from the ledger rows only, so
+A function is promoted when the candidate exports its own code for it (an EXPORTS entry that is
+``lazy_baseline(name)`` forwards to SGLang: its rows time SGLang against itself) and its rows' geomean is
+>= 1.0; others stay on SGLang's code (partial promotion). Stamps and the export manifest come from the ledger rows only, so
 re-exporting the same inputs rewrites byte-identical files, and ``--check`` recomputes every stamp from the
 rows the manifest names.
 """
@@ -453,6 +454,7 @@ def _smoke_import(root: Path, family: str, arch: str) -> dict[str, Any]:
         "assert isinstance(e, dict), 'register.py must define EXPORTS = {sglang_function_name: callable}'\n"
         "fp = getattr(m, 'FAST_PATHS', None) or {}\n"
         "print(json.dumps({'exports': sorted(k for k, v in e.items() if callable(v)),\n"
+        "                  'sglang_own': sorted(k for k, v in e.items() if getattr(v, 'kda_sglang_function', None) == k),\n"
         "                  'fast_paths': sorted(k for k, v in fp.items() if callable(getattr(v, 'install', None))\n"
         "                                       and callable(getattr(v, 'uninstall', None))),\n"
         "                  'baseline': bool(getattr(m, 'BASELINE', False))}))\n"
@@ -518,7 +520,11 @@ def export(root: Path, slug: str, note: str = "", out=print) -> int:
                     del ev.functions[fn]
                 continue
             needed = BY_FUNCTION[fn].unpacks_into or fn
-            if needed not in exports:
+            if needed in smoke.get("sglang_own", ()):
+                # The candidate forwards this function to SGLang: its rows measure SGLang against itself (noise).
+                ev.not_promoted[fn] = f"EXPORTS[{needed!r}] is SGLang's own function (lazy_baseline): nothing to promote"
+                del ev.functions[fn]
+            elif needed not in exports:
                 ev.not_promoted[fn] = (f"EXPORTS has no callable {needed!r}" if needed == fn else
                                        f"a wrapper needs EXPORTS[{needed!r}] (the tensor-level function it unpacks into)")
                 del ev.functions[fn]
@@ -638,7 +644,7 @@ def _differences(expected: Any, actual: Any, path: str = "") -> list[str]:
 
 
 # Reasons export() itself writes when the exported copy's EXPORTS lacks a function (not a ledger verdict).
-_EXPORTS_REASONS = ("EXPORTS has no callable", "a wrapper needs EXPORTS[", "register.py has no FAST_PATHS[")
+_EXPORTS_REASONS = ("EXPORTS has no callable", "a wrapper needs EXPORTS[", "register.py has no FAST_PATHS[", "EXPORTS[")
 
 
 def recompute_manifest(task: TaskMeta, m: dict[str, Any]) -> dict[str, Any]:

@@ -21,12 +21,12 @@ KDA_SPEEDUP_fuse_scale_shift_kernel: dict[str, float] = {}
 KDA_ARCHES_fuse_scale_shift_kernel: tuple[str, ...] = ()
 
 # fuse_layernorm_scale_shift_gate_select01_kernel: sglang.kernels.ops.diffusion.modulate.scale_shift_triton:fuse_layernorm_scale_shift_gate_select01_kernel
-KDA_OPTIMIZED_fuse_layernorm_scale_shift_gate_select01_kernel = False
-KDA_TASK_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {}
-KDA_COMMIT_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {}
-KDA_DATE_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {}
-KDA_SPEEDUP_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {}
-KDA_ARCHES_fuse_layernorm_scale_shift_gate_select01_kernel: tuple[str, ...] = ()
+KDA_OPTIMIZED_fuse_layernorm_scale_shift_gate_select01_kernel = True
+KDA_TASK_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "h200_diffusion_fuse_scale_shift__multi_shape"}
+KDA_COMMIT_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "b6d82ddc88aa9b6fedd87a899e981016da2671bd"}
+KDA_DATE_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {"h200": 1.0322}
+KDA_ARCHES_fuse_layernorm_scale_shift_gate_select01_kernel: tuple[str, ...] = ("h200",)
 
 # fuse_residual_layernorm_scale_shift_gate_select01_kernel: sglang.kernels.ops.diffusion.modulate.scale_shift_triton:fuse_residual_layernorm_scale_shift_gate_select01_kernel
 KDA_OPTIMIZED_fuse_residual_layernorm_scale_shift_gate_select01_kernel = False
