@@ -236,7 +236,19 @@ def test_plans_cover_every_head_and_row(heads: int, rows: int) -> None:
     for name in ("gptj_rope", "gptj_rope_headloop"):
         r, h, block_d, warps = importlib.import_module(f"{CAND.__name__}.{name}").plan(rows, heads, 128)
         assert r >= 1 and h >= 1 and block_d == 128 and 1 <= warps <= 8 and (h & (h - 1)) == 0 and (r & (r - 1)) == 0
-    for plan in (ltx2.plan_sglang_tiles, ltx2.plan_vec16_tiles):
+    for plan in CAND.PLANS_LTX2:
         for half_dim, itemsize in ((12, 2), (32, 2), (64, 2), (64, 4)):
-            h, block_half, warps = plan(heads, half_dim, itemsize)
-            assert 1 <= h <= 16 and (h & (h - 1)) == 0 and block_half >= half_dim and 1 <= warps <= 8
+            for n_elems in (rows * heads * 2 * half_dim, ltx2.STREAM_MIN_ELEMS):
+                p = plan(heads, half_dim, itemsize, n_elems)
+                assert 1 <= p.block_heads <= 32 and (p.block_heads & (p.block_heads - 1)) == 0
+                assert p.block_half >= half_dim and 1 <= p.num_warps <= 8
+
+
+def test_auto_plan_streams_large_calls_only() -> None:
+    """plan_auto: c004's geometry below STREAM_MIN_ELEMS, the memory-order 16-byte-vector plan from it."""
+    ltx2 = sys.modules[f"{CAND.__name__}.ltx2_split_rope"]
+    assert CAND.plan_ltx2 is ltx2.plan_auto
+    small = ltx2.plan_auto(32, 64, 2, ltx2.STREAM_MIN_ELEMS - 1)
+    assert small == ltx2.plan_sglang_tiles(32, 64, 2) and not small.linear
+    assert tuple(ltx2.plan_auto(32, 64, 2, 2 * 6144 * 4096)) == (16, 64, 4, True, False, 0)
+    assert tuple(ltx2.plan_auto(32, 32, 2, 24576 * 2048)) == (16, 32, 2, True, False, 0)

@@ -1,10 +1,12 @@
-"""The kept launch (src/launch_cache.py) hands Triton's C launcher exactly what Triton's own dispatch hands it.
+"""The kept launch (kda_kernels.launch_cache) hands Triton's C launcher exactly what Triton's own dispatch hands it.
 
 Runs on a CPU host: a child process without the interpreter compiles the real kernels for sm_90a offline and
 swaps Triton's driver for a stand-in that records launches (``kda_lab.interpret.offline_launch``). Each public
 function is called twice per signature: the first call goes through ``kernel[grid]`` (Triton's dispatch), the
-second through the kept launch; the recorded grid, stream, function, metadata, hooks and arguments must agree.
-A misaligned x (the kept binary assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
+second through the kept launch; the recorded grid, stream, function, packed metadata and arguments must agree.
+With Triton's launch hook chains empty the kept launch passes None for them (the launcher then skips calling
+them); with a hook registered it passes the chains and the launch metadata. A misaligned x (the kept binary
+assumes 16-byte-aligned pointers) must go through Triton's dispatch again.
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def _child() -> None:
     x = buf[1:-1].view(1, 12, 3 * 64)  # 2 bytes past an aligned address, same signature as the ltx2 case
     reg.apply_ltx2_split_rotary_emb(x, table, table)
     report["dispatches_after_misaligned"] = rec.dispatches
+    from triton import knobs
+
+    seen: list[Any] = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    start = len(launches)
+    reg.apply_ltx2_split_rotary_emb(*cases["ltx2"][1])  # kept, with a hook registered
+    knobs.runtime.launch_enter_hook.remove(seen.append)
+    report["hooked"] = launches[start:]
+    report["dispatches_after_hooked"] = rec.dispatches
     print(json.dumps(report))
 
 
@@ -66,14 +77,19 @@ def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
         out1, out2 = report[name]["outs"]
         assert first["args"][0] == repr(out1) and second["args"][0] == repr(out2)
         assert first["args"][1:4] == report[name]["inputs"]  # x (its [B*T,H,D] view for rope), cos, sin
-        first_rest = {k: v for k, v in first.items() if k != "args"}
-        second_rest = {k: v for k, v in second.items() if k != "args"}
-        assert first_rest == second_rest, name
+        same = ("grid", "stream", "function", "packed")
+        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
+        assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"], name
+        assert not second["meta"], name
         assert first["args"][1:] == second["args"][1:], name
     # two dispatches for four calls (the second call of each signature is the kept launch), then one more for
     # the misaligned x
     assert report["dispatches_before_misaligned"] == 2
     assert report["dispatches_after_misaligned"] == 3
+    (hooked,) = report["hooked"]
+    assert report["dispatches_after_hooked"] == 3  # still the kept launch ...
+    assert hooked["hooks"] == ["HookChain", "HookChain"] and hooked["meta"]  # ... handing the hooks over
+    assert hooked["args"][1:] == report["ltx2"]["launches"][0]["args"][1:]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
