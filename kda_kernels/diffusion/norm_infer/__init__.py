@@ -12,20 +12,20 @@ FUNCTIONS = (
 )
 
 # norm_infer: sglang.kernels.ops.diffusion.norm.norm_triton:norm_infer
-KDA_OPTIMIZED_norm_infer = False
-KDA_TASK_norm_infer: dict[str, str] = {}
-KDA_COMMIT_norm_infer: dict[str, str] = {}
-KDA_DATE_norm_infer: dict[str, str] = {}
-KDA_SPEEDUP_norm_infer: dict[str, float] = {}
-KDA_ARCHES_norm_infer: tuple[str, ...] = ()
+KDA_OPTIMIZED_norm_infer = True
+KDA_TASK_norm_infer: dict[str, str] = {"h200": "h200_diffusion_norm_infer__multi_shape"}
+KDA_COMMIT_norm_infer: dict[str, str] = {"h200": "33f2fb31321d8fa527fa08f71dae99fdf3649195"}
+KDA_DATE_norm_infer: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_norm_infer: dict[str, float] = {"h200": 1.0003}
+KDA_ARCHES_norm_infer: tuple[str, ...] = ("h200",)
 
 # triton_one_pass_rms_norm: sglang.kernels.ops.diffusion.norm.rmsnorm_onepass_triton:triton_one_pass_rms_norm
-KDA_OPTIMIZED_triton_one_pass_rms_norm = False
-KDA_TASK_triton_one_pass_rms_norm: dict[str, str] = {}
-KDA_COMMIT_triton_one_pass_rms_norm: dict[str, str] = {}
-KDA_DATE_triton_one_pass_rms_norm: dict[str, str] = {}
-KDA_SPEEDUP_triton_one_pass_rms_norm: dict[str, float] = {}
-KDA_ARCHES_triton_one_pass_rms_norm: tuple[str, ...] = ()
+KDA_OPTIMIZED_triton_one_pass_rms_norm = True
+KDA_TASK_triton_one_pass_rms_norm: dict[str, str] = {"h200": "h200_diffusion_norm_infer__multi_shape"}
+KDA_COMMIT_triton_one_pass_rms_norm: dict[str, str] = {"h200": "33f2fb31321d8fa527fa08f71dae99fdf3649195"}
+KDA_DATE_triton_one_pass_rms_norm: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_triton_one_pass_rms_norm: dict[str, float] = {"h200": 1.2134}
+KDA_ARCHES_triton_one_pass_rms_norm: tuple[str, ...] = ("h200",)
 
 
 def __getattr__(name: str):

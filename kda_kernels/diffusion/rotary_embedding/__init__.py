@@ -14,17 +14,17 @@ FUNCTIONS = (
 # apply_rotary_embedding: sglang.kernels.ops.diffusion.rope.rotary_triton:apply_rotary_embedding
 KDA_OPTIMIZED_apply_rotary_embedding = True
 KDA_TASK_apply_rotary_embedding: dict[str, str] = {"h200": "h200_diffusion_rotary_embedding__multi_shape"}
-KDA_COMMIT_apply_rotary_embedding: dict[str, str] = {"h200": "5e078a225397483d4b99966caf5c8d8ff09a9030"}
-KDA_DATE_apply_rotary_embedding: dict[str, str] = {"h200": "2026-11-25"}
-KDA_SPEEDUP_apply_rotary_embedding: dict[str, float] = {"h200": 1.456}
+KDA_COMMIT_apply_rotary_embedding: dict[str, str] = {"h200": "80abcf8320d8e28abc74986914df4b7e723d1393"}
+KDA_DATE_apply_rotary_embedding: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_apply_rotary_embedding: dict[str, float] = {"h200": 1.4181}
 KDA_ARCHES_apply_rotary_embedding: tuple[str, ...] = ("h200",)
 
 # apply_ltx2_split_rotary_emb: sglang.kernels.ops.diffusion.rope.ltx2_rotary_triton:apply_ltx2_split_rotary_emb
 KDA_OPTIMIZED_apply_ltx2_split_rotary_emb = True
 KDA_TASK_apply_ltx2_split_rotary_emb: dict[str, str] = {"h200": "h200_diffusion_rotary_embedding__multi_shape"}
-KDA_COMMIT_apply_ltx2_split_rotary_emb: dict[str, str] = {"h200": "5e078a225397483d4b99966caf5c8d8ff09a9030"}
-KDA_DATE_apply_ltx2_split_rotary_emb: dict[str, str] = {"h200": "2026-11-25"}
-KDA_SPEEDUP_apply_ltx2_split_rotary_emb: dict[str, float] = {"h200": 1.0068}
+KDA_COMMIT_apply_ltx2_split_rotary_emb: dict[str, str] = {"h200": "80abcf8320d8e28abc74986914df4b7e723d1393"}
+KDA_DATE_apply_ltx2_split_rotary_emb: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_apply_ltx2_split_rotary_emb: dict[str, float] = {"h200": 1.0205}
 KDA_ARCHES_apply_ltx2_split_rotary_emb: tuple[str, ...] = ("h200",)
 
 

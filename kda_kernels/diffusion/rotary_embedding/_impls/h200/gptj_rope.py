@@ -31,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .launch_cache import CachedLaunch, launch_and_keep
+from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
 
 INT32_LIMIT = 2**31 - 1
 
@@ -110,7 +110,7 @@ def plan(n_rows: int, num_heads: int, head_size: int,
 
 
 def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
-           tile_elems: int = 8192, min_programs: int = 528) -> CachedLaunch | None:
+           tile_elems: int = 8192, min_programs: int = 528) -> KeptLaunch | None:
     """Rotate x3 [B*T, H, D] into out3 (same shape, last stride 1 on both) with cos/sin rows [T, .].
     Returns the launch to repeat for later calls of the same signature (None under the interpreter)."""
     n_rows, num_heads, head_size = x3.shape

@@ -12,8 +12,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
+
 from .gptj_rope import INT32_LIMIT, _largest_pow2_divisor
-from .launch_cache import CachedLaunch, launch_and_keep
 
 
 @triton.jit
@@ -76,7 +77,7 @@ def plan(n_rows: int, num_heads: int, head_size: int,
 
 
 def launch(out3, x3, cos, sin, num_tokens: int, table_col_stride: int,
-           tile_elems: int = 8192, min_programs: int = 264) -> CachedLaunch | None:
+           tile_elems: int = 8192, min_programs: int = 264) -> KeptLaunch | None:
     """Same contract as gptj_rope.launch (returns the launch to repeat, or None)."""
     n_rows, num_heads, head_size = x3.shape
     rows, heads, block_d, num_warps = plan(n_rows, num_heads, head_size, tile_elems, min_programs)

@@ -17,7 +17,7 @@ One exception to "everything else goes to SGLang": inputs whose last dim is not 
 them and answers wrong (its kernels index the last dim as if it were dense); here they run on dense copies.
 
 Host path: the first call of a signature (shapes, strides, dtypes, devices, ``interleaved``) runs the checks
-above and launches through ``kernel[grid]``; its compiled launch is kept (``launch_cache.py``) and later calls
+above and launches through ``kernel[grid]``; its compiled launch is kept (``kda_kernels.launch_cache``) and later calls
 of that signature skip the checks that the signature decides and Triton's dispatch: exact ``torch.Tensor``
 inputs on CUDA, 16-byte aligned, no autograd recording and not under ``torch.compile`` tracing (those are
 checked on every call; anything else takes the checked path).
@@ -32,11 +32,21 @@ import os
 import torch
 
 from kda_kernels import lazy_baseline
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device
 
 from .gptj_rope import launch as launch_gptj  # variant: from .gptj_rope_headloop import launch as launch_gptj
-from .launch_cache import LaunchCache, aligned16, current_device
 from .ltx2_split_rope import launch as launch_ltx2
-from .ltx2_split_rope import plan_sglang_tiles, plan_vec16_tiles
+from .ltx2_split_rope import (
+    plan_auto,
+    plan_sglang_tiles,
+    plan_stream,
+    plan_stream_evict,
+    plan_stream_h8,
+    plan_stream_r32,
+    plan_stream_row,
+    plan_stream_w8,
+    plan_vec16_tiles,
+)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -44,9 +54,12 @@ _TABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _sglang_rotary = lazy_baseline("apply_rotary_embedding")
 _sglang_ltx2 = lazy_baseline("apply_ltx2_split_rotary_emb")
 
-# The LTX-2 tile plan: SGLang's tiles, or the variant with 16-byte vectors per thread (ltx2_split_rope.py).
-PLANS_LTX2 = (plan_sglang_tiles, plan_vec16_tiles)
-plan_ltx2 = plan_sglang_tiles  # variant: plan_ltx2 = plan_vec16_tiles
+# The LTX-2 tile plan (ltx2_split_rope.py): plan_auto streams large calls in memory order with 16-byte vectors
+# (plan_stream) and keeps c004's plan (plan_sglang_tiles) on small ones. The others are dev-sweep variants
+# (dev/ltx2_sweep.py); any of them is one line away: plan_ltx2 = <plan>.
+PLANS_LTX2 = (plan_auto, plan_sglang_tiles, plan_vec16_tiles, plan_stream, plan_stream_w8, plan_stream_row,
+              plan_stream_h8, plan_stream_evict, plan_stream_r32)
+plan_ltx2 = plan_auto
 
 ROPE_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
 LTX2_LAUNCHES = LaunchCache()
@@ -170,6 +183,14 @@ def _ltx2_checked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     kept = launch_ltx2(out, x, cos, sin, plan_ltx2)
     if key is not None and _may_repeat(out, x, cos, sin):
         LTX2_LAUNCHES.keep(key, kept)
+    return out
+
+
+def run_ltx2_plan(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: object) -> torch.Tensor:
+    """Dev sweep only: the LTX-2 kernel with the tile plan ``plan`` (one of PLANS_LTX2), through Triton's dispatch
+    every call (no kept launch), for inputs inside the kernel's contract (no checks here)."""
+    out = torch.empty_like(x)
+    launch_ltx2(out, x, cos, sin, plan)
     return out
 
 
