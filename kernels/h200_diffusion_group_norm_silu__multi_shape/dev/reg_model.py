@@ -34,6 +34,8 @@ REG_MAX_THREADS = 256
 REG_MAX_U = 8
 REG_MIN_SLICE_BYTES = 4 * 1024
 ON_CHIP_MAX_GROUP_BYTES = 240 * 1024
+REG_AUTO_MAX_GROUP_BYTES = 128 * 1024  # gns_kernels.cu kRegAutoMaxGroupBytes
+REG_AUTO_GROW_CS = 4  # gns_kernels.cu kRegAutoGrowCs
 TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 8e-3), "float32": (1e-4, 1e-4)}
 
 
@@ -78,7 +80,7 @@ def plan_reg(dvec: int, total: int, uniform: bool, force_cs: int = 0, force_nt: 
         cs = next((c for c in (1, 2, 4, 8) if cdiv(dvec, c) <= cap), 0)
         if cs == 0:
             return None
-        while cs < 8 and total * 2 * cs <= 2 * SMS and cdiv(dvec, 2 * cs) * 16 >= REG_MIN_SLICE_BYTES:
+        while cs < REG_AUTO_GROW_CS and total * 2 * cs <= 2 * SMS and cdiv(dvec, 2 * cs) * 16 >= REG_MIN_SLICE_BYTES:
             cs *= 2
     slice_vec = cdiv(dvec, cs)
     if force_nt > 0:

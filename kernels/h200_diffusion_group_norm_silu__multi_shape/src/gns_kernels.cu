@@ -30,16 +30,19 @@ constexpr int64_t kPipeFusedMaxBytes = 16 * 1024;
 constexpr int64_t kOnChipMaxGroupBytes = 240 * 1024;
 constexpr int kPipeDefaultHints = 6;
 // c004 path D (register-resident group, one barrier): auto routing takes every group up to
-// kOnChipMaxGroupBytes that it can hold (16-byte vectors, HW % VEC == 0); a group is spread
+// kRegAutoMaxGroupBytes that it can hold (16-byte vectors, HW % VEC == 0); a group is spread
 // over more CTAs (cluster) while the grid stays <= 2 CTAs per SM and each CTA keeps
 // >= kRegMinSliceBytes of x.  force_path 4 forces it (force_cs = CS, smem_cap = threads);
 // force_path 5 is c003's auto routing exactly (no path D), for A/B sweeps.
 constexpr int64_t kRegMinSliceBytes = 4 * 1024;
-// Auto-routing reach of path D: groups up to this size, clusters up to this size.  Raising them
-// to 512 KB / 16 would move the 16.8-31.5 MB rows (262-492 KB groups, c003 path B) onto path D
-// (two cluster waves); dev/sweep_small.py --max-mb 32 times that forced first (D16).
-constexpr int64_t kRegAutoMaxGroupBytes = kOnChipMaxGroupBytes;
+// Auto-routing reach of path D: groups up to this size, clusters up to this size.  H200 sweep of
+// c006 (dev/sweep_small.py, 2026-11-27, notes.md): path D beat c003 on the rows with groups up to
+// 98 KB and lost on every row with groups of 164-245 KB (10.5-15.7 MB rows: 12.2-14.2 us against
+// c003's 11.1-13.6), so those stay on c003's path; clusters of 8 lost to clusters of 4 on every
+// row where both ran (3.3-6.3 MB: 6.5-7.9 us against 5.6-7.8), so auto growth stops at 4.
+constexpr int64_t kRegAutoMaxGroupBytes = 128 * 1024;
 constexpr int kRegAutoMaxCs = 8;
+constexpr int kRegAutoGrowCs = 4;
 constexpr int kForceRegPath = 4;
 constexpr int kForceC003Auto = 5;
 
@@ -253,7 +256,7 @@ bool plan_reg(int dev, int64_t dvec, int64_t total, bool uniform, int force_cs, 
       }
       if (cs == 0) return false;
       const int64_t sms = dev_info(dev).sms;
-      while (cs < 8 && total * 2 * cs <= 2 * sms && cdiv(dvec, 2 * cs) * 16 >= kRegMinSliceBytes)
+      while (cs < kRegAutoGrowCs && total * 2 * cs <= 2 * sms && cdiv(dvec, 2 * cs) * 16 >= kRegMinSliceBytes)
         cs *= 2;
     }
     if (total * cs > 0x7fffffffLL) return false;
