@@ -1,13 +1,14 @@
-// c007: torch binding of the CUDA qknorm_rope kernel (qknorm_rope.cu).
+// c008: torch binding of the CUDA qknorm_rope kernel (qknorm_rope.cu).
 //
 // qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, head_dim, rope_dim, flags) -> bool
 //   describes the six tensors to the contract (qknorm_rope_contract.h: shapes, strides, dtypes, alignment, the
 //   rope width, one CUDA device that is the current one and has compute capability 9.0, no autograd recording),
 //   returns False without touching anything when the call is outside it (register.py then calls SGLang), else
 //   launches on torch's current stream (nothing to do for N == 0 or no heads) and returns True.
-//   flags: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py): bits 4-6 rows per item (0: the
-//   plan's), bits 8-9 L2 prefetch (0 plan, 1 off, 2 on), bit 12 launch_dependents at the end instead of the start.
-// plan(...same arguments...) -> [rows_per_item, chunks_per_token, n_items, blocks, prefetch_bytes, CTAs per SM]
+//   flags: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py): bits 4-5 pipe (0/1 the plain
+//   kernel, 2 the double-buffered one), bits 8-9 grid (0 plan, 1 one row per group, 2 half the resident CTAs),
+//   bit 12 launch_dependents at the start instead of the end.
+// plan(...same arguments...) -> [pipe, rows per group, rows, blocks, CTAs per SM, step_head]
 //   for an in-contract call ([] otherwise): what qknorm_rope would launch.
 //
 // Host cost per call: pybind11's argument conversion, ~40 integer reads and compares, torch's current stream and
@@ -110,9 +111,9 @@ Decision decide_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   a.eps = static_cast<float>(eps);
   a.device = q.get_device();
   a.stream = c10::cuda::getCurrentCUDAStream(a.device).stream();
-  a.force_rows = static_cast<int32_t>((flags >> 4) & 7);
-  a.prefetch_mode = static_cast<int32_t>((flags >> 8) & 3);
-  a.late_trigger = static_cast<int32_t>((flags >> 12) & 1);
+  a.pipe_mode = static_cast<int32_t>((flags >> 4) & 3);
+  a.grid_mode = static_cast<int32_t>((flags >> 8) & 3);
+  a.early_trigger = static_cast<int32_t>((flags >> 12) & 1);
   return d;
 }
 
@@ -124,7 +125,7 @@ bool qknorm_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& qw,
   if (!d.ok) return false;
   if (d.empty) return true;
   const int err = kda_qkr::launch(d, args);
-  TORCH_CHECK(err == 0, "kda qknorm_rope (c007): launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  TORCH_CHECK(err == 0, "kda qknorm_rope (c008): launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   return true;
 }
 
@@ -136,13 +137,13 @@ std::vector<int64_t> plan(const at::Tensor& q, const at::Tensor& k, const at::Te
   if (!d.ok || d.empty) return {};
   std::vector<int64_t> out(6);
   const int err = kda_qkr::describe(d, args, out.data());
-  TORCH_CHECK(err == 0, "kda qknorm_rope (c007): plan failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  TORCH_CHECK(err == 0, "kda qknorm_rope (c008): plan failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   return out;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("qknorm_rope", &qknorm_rope, "fused in-place QK RMSNorm + RoPE (c007); False: outside the contract");
+  m.def("qknorm_rope", &qknorm_rope, "fused in-place QK RMSNorm + RoPE (c008); False: outside the contract");
   m.def("plan", &plan, "the launch plan qknorm_rope would use (dev)");
 }

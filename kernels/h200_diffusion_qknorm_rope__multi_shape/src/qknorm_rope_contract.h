@@ -1,4 +1,4 @@
-// c007: which calls the CUDA kernel takes (prompt.md K); everything else goes to SGLang's function.
+// c007/c008: which calls the CUDA kernel takes (prompt.md K); everything else goes to SGLang's function.
 //
 // Plain C++ (no CUDA, no torch): the torch binding (qknorm_rope_binding.cpp) describes a call's six tensors
 // here and launches only when decide() says ok; the CPU emulator (tests/emu) exposes the same function to the
@@ -76,7 +76,9 @@ inline Decision decide(const CallDesc& c) {
   if (pos.dim != 1 || pos.sizes[0] != n || (pos.dtype != kI32 && pos.dtype != kI64)) return no;
   if (n > 1 && pos.strides[0] != 1) return no;
   // cache: [P, W] contiguous, fp32 or q's dtype, 16-byte aligned
-  if (cache.dim != 2 || (cache.dtype != kF32 && cache.dtype != q.dtype) || cache.sizes[0] <= 0) return no;
+  if (cache.dim != 2 || (cache.dtype != kF32 && cache.dtype != q.dtype) || cache.sizes[0] <= 0 ||
+      cache.sizes[0] >= (int64_t{1} << 31))
+    return no;
   const int64_t width = cache.sizes[1];
   if (cache.addr % 16 != 0 || (width > 1 && cache.strides[1] != 1) ||
       (cache.sizes[0] > 1 && cache.strides[0] != width))

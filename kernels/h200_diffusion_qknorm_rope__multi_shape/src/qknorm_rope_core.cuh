@@ -1,15 +1,16 @@
-// c007: fused in-place per-head QK RMSNorm + RoPE, the per-thread code of the CUDA kernel (qknorm_rope.cu).
+// c008: fused in-place per-head QK RMSNorm + RoPE, the per-thread code of the CUDA kernel (qknorm_rope.cu).
 //
 // Written once for two compilers: nvcc builds it into the sm_90a kernel, g++ builds the same function into the
 // CPU emulator of tests/emu (every lane of a warp a fiber, shuffles exchanged through memory), so the CPU tests
-// run the kernel's own indexing, pipelining and arithmetic. Device-only instructions (PDL, the L2 bulk
-// prefetch, shuffles, loads and stores) go through the policy `W` (DeviceWarp in qknorm_rope.cu; the emulator's
-// EmuWarp checks and records them). Every fp32 operation is spelled out (no contraction on either side), 1/sqrt
-// is correctly rounded (the host computes it in double) and the bf16/fp16 conversions round to nearest even on
-// both sides: the emulator computes the device's bits.
+// run the kernel's own indexing, speculation, loop and arithmetic. Device-only instructions (PDL, shuffles, loads
+// and stores) go through the policy `W` (DeviceWarp in qknorm_rope.cu; the emulator's EmuWarp checks and records
+// them). The device contracts a*b+c into FMAs (nvcc's default; no fast math) and takes rsqrt from MUFU.RSQ as
+// SGLang does; the emulator rounds each operation and takes 1/sqrt in double: its results are within a few fp32
+// ulps of the device's (far inside the bf16/fp16 tolerance), not bit-equal. bf16/fp16 stores round to nearest
+// even on both sides.
 //
 // Math (prompt.md K, the default path; round_norm_before_rope goes to SGLang): per (token, head) row x of D
-// elements, r = 1/sqrt(sum(x^2)/D + eps) in fp32, e = x * (r * w) kept in fp32, RoPE in fp32 on lanes
+// elements, r = rsqrt(sum(x^2)/D + eps) in fp32, e = x * (r * w) kept in fp32, RoPE in fp32 on lanes
 // [0, rope_dim), one rounding to the activation dtype on the store.
 //
 // Byte model (per call; Nq = N*Hq*D and Nk = N*Hk*D elements, e_x the activation size, P x W the cache, e_c its
@@ -23,23 +24,32 @@
 //             time over ours (large rows: the copy reaches 3.7-3.9 TB/s at 100-211 MB)
 //
 //     qwen T4096 H24 D128 bf16, fp32 cache [4096,128], int64 positions:
-//       100.66 MB (q, k) + 2.10 MB (cache) + 0.03 MB = 102.8 MB -> 24.0 us at 4.29 TB/s; copy 27.7 us, SGLang 29.3 us
-//     qwen-edit T8424 H24: 211.4 MB -> 49.3 us (copy 54.5, SGLang 58.3); zimage T4128 H30: 129.0 MB -> 30.1 us
-//     (copy 34.4, SGLang 35.8); small rows (0.5-4.9 MB): latency bound, SGLang 1.96-3.06 us in the graph
+//       100.66 MB (q, k) + 2.10 MB (cache) + 0.03 MB = 102.8 MB -> 24.0 us at 4.29 TB/s; copy 27.7 us, SGLang 29.7 us
+//     qwen-edit T8424 H24: 211.4 MB -> 49.3 us (copy 54.5, SGLang 60.6); zimage T4096/T4128 H30: 128.0/129.0 MB ->
+//     29.8/30.1 us (copy 34.2/34.3, SGLang 36.5/36.8); small rows (0.5-4.9 MB): latency bound, SGLang 2.1-3.4 us
+//     (the H200 sweep of 2026-11-27), two dependent memory trips plus launch.
 //
-// Work decomposition. A *group* of L = D/8 lanes owns one row at a time, 16 bytes (8 elements) per lane; a warp
-// holds 32/L groups. An *item* is R consecutive rows of one token (rows 0..Hq-1 are q's heads, Hq..Hq+Hk-1 k's;
-// R = 1, 2 or 4, a template parameter): a group loads all R rows (R 16-byte loads per lane in flight at once),
-// the token's cos/sin entries for its lane once, and normalizes and rotates the R rows. Items are dealt to groups
-// grid-stride; the grid is one wave (make_plan below): on small rows every group takes one item, on large rows
-// the same number of items each (persistent). The position of a group's *next* item is loaded during the
-// current one, so each iteration issues its q/k loads and its cache loads together: one memory round trip per
-// item where a position -> cache chain takes two (SGLang's kernel: positions and q/k, then weights and cache).
+// Work decomposition (SGLang's, without its division and its second round trip). A *group* of L = D/8 lanes owns
+// one (token, head) row at a time, 16 bytes (8 elements) per lane; a warp holds 32/L groups (two rows at D 128).
+// Rows are numbered token-major (q's heads, then k's) and dealt grid-stride, adjacent groups on adjacent rows (the
+// DRAM stream SGLang's kernel has); a group steps its (token, head) by the grid stride with an add and a compare
+// (step_tok, step_head), never a division. The grid: one row per group where the rows fit one wave (small
+// launches: SGLang's CTA count), else a persistent grid sized so that every group takes the same number of rows.
 //
-// PDL: `griddepcontrol.launch_dependents` first (flag kEarlyTrigger; the next PDL kernel's CTAs launch and park at
-// their own wait while this one runs, which hides the next launch), `griddepcontrol.wait` before the first load.
-// Small launches (one wave, cache small next to q/k) prefetch the whole cache into L2 (cp.async.bulk.prefetch,
-// one slice per CTA) beside the position loads: the dependent cache loads then hit L2 instead of HBM.
+// One memory round trip per row. Every load of a row is issued before any of them is used: the q/k vector, the
+// 16-byte weight vector (an L1 hit), and the cos/sin entries of the row's cache row -- named by the position
+// loaded one iteration earlier (the group's next row's position is loaded with the current row's loads), or, for
+// a group's first row, guessed as the token index (SGLang's callers pass an arange) and checked when the row's
+// own position arrives: a wrong guess reloads (the position -> cache trip SGLang's kernel pays on every row).
+// The loop is branch-free around the loads (groups past the end load the last row and skip the store; lanes past
+// rope_dim load the row's first entries and rotate by cos 1, sin 0), so ptxas cannot sink a load behind the
+// reduction.
+//
+// PDL: griddepcontrol.wait before the first load, launch_dependents after the last store (SGLang's placement;
+// early_trigger is a dev/sweep.py knob). No L2/L1 prefetch (c007's, measured useless).
+//
+// Registers and occupancy (qknorm_rope.cu, kMinBlocks): the production kernel 40 registers, 6 CTAs of 256
+// threads per SM (48 warps, SGLang's), no spill; the loop ~171 SASS instructions per warp iteration (two rows).
 
 #pragma once
 
@@ -57,7 +67,6 @@ namespace kda_qkr {
 
 constexpr int kThreads = 256;  // threads per CTA
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsMax = 4;  // rows per item, the most a lane keeps in flight
 constexpr uint32_t kEarlyTrigger = 1u;  // Params::flags: launch_dependents at the start (else at the end)
 
 enum Layout : int { kInterleavedHalf = 0, kInterleavedFull = 1, kNeoxHalf = 2, kNeoxFull = 3 };
@@ -78,18 +87,36 @@ struct Params {
   const void* cache;  // [P, W] contiguous
   const void* pos;  // [N] int32 or int64
   int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;  // elements
-  int64_t cache_row;  // W: elements per cache row
-  uint64_t cache_bytes;  // P * W * e_c
-  uint32_t n_q_heads, n_k_heads;
-  uint32_t chunks_per_token;  // ceil((Hq + Hk) / R)
-  uint64_t chunks_magic;  // item / chunks_per_token == umulhi64(item, chunks_magic) (div_magic)
-  uint32_t n_items;  // N * chunks_per_token
+  int64_t cache_row;  // W: entries per cache row
+  uint32_t cache_rows;  // P (> 0)
+  uint32_t n_q_heads;  // Hq
+  uint32_t rows_per_token;  // H = Hq + Hk
+  uint64_t rows_magic;  // m / H == umulhi64(m, rows_magic) (div_magic), once per thread
+  uint32_t n_rows;  // M = N * H
+  uint32_t step_tok, step_head;  // the grid stride G (groups) as G = step_tok * H + step_head
+  uint32_t last_tok, last_head;  // the last row (N - 1, H - 1): where a group past the end loads (never stores)
   uint32_t rope_dim;
   uint32_t pos_is_64;
-  uint32_t prefetch_bytes;  // bytes of the cache each CTA prefetches into L2 (0: none)
   uint32_t flags;
   float eps;
+  // derived by the launcher (set_derived below), byte units: row (t, h) of q at q + t*q_stride_t + h*q_stride_h,
+  // of k at k_adj + t*k_stride_t + h*k_stride_h with k_adj = k - Hq*k_stride_h (h counts q's heads first)
+  char* k_adj;
+  int64_t qb_st, qb_sh, kb_st, kb_sh;
+  uint32_t cache_row_bytes;  // W * entry size (< 2^31 * ... checked by the contract's sizes)
 };
+
+// The byte-unit fields of p from the element-unit ones (the launcher and the emulator call it).
+inline void set_derived(Params& p, int64_t cache_entry_bytes) {
+  p.qb_st = p.q_stride_t * 2;
+  p.qb_sh = p.q_stride_h * 2;
+  p.kb_st = p.k_stride_t * 2;
+  p.kb_sh = p.k_stride_h * 2;
+  // computed as an integer: the adjusted address may lie before k's allocation (never dereferenced there)
+  p.k_adj = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p.k) -
+                                    static_cast<uintptr_t>(p.n_q_heads) * static_cast<uintptr_t>(p.kb_sh));
+  p.cache_row_bytes = static_cast<uint32_t>(p.cache_row * cache_entry_bytes);
+}
 
 // ------------------------------------------------------------------------------------------- fp32 arithmetic
 // Spelled out so that nvcc contracts nothing (the emulator is built with -ffp-contract=off).
@@ -126,7 +153,7 @@ KQ_HD float f_fma(float a, float b, float c) {
 // result only when 1/sqrt(v) lies within 2^-53 relative of a float midpoint, which the emulator accepts).
 KQ_HD float f_rsqrt(float v) {
 #ifdef __CUDA_ARCH__
-  return __frsqrt_rn(v);
+  return rsqrtf(v);  // MUFU.RSQ (+ a denormal-argument guard): SGLang's rsqrt, 1 instruction instead of ~20
 #else
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(v)));
 #endif
@@ -299,27 +326,176 @@ KQ_HD uint32_t div_by(uint32_t n, uint32_t d, uint64_t magic) {
 #endif
 }
 
+
 // ------------------------------------------------------------------------------------------- the per-thread code
 
-// Lane l's 16 bytes of row `row` (q's heads, then k's) of token `tok`.
-KQ_HD char* row_ptr(const Params& p, uint32_t tok, uint32_t row, uint32_t l) {
-  const bool is_q = row < p.n_q_heads;
-  const int64_t off = is_q ? tok * p.q_stride_t + static_cast<int64_t>(row) * p.q_stride_h
-                           : tok * p.k_stride_t + static_cast<int64_t>(row - p.n_q_heads) * p.k_stride_h;
-  return static_cast<char*>(is_q ? p.q : p.k) + (off + 8 * static_cast<int64_t>(l)) * 2;
+// Address of lane l's 16 bytes of row (t, h): q's heads first, then k's (k_adj is pre-offset by Hq heads), so
+// a row costs two selects and two 64-bit multiply-adds.
+KQ_HD char* row_ptr(const Params& p, uint32_t t, uint32_t h, uint32_t l) {
+  const bool is_q = h < p.n_q_heads;
+  char* base = is_q ? static_cast<char*>(p.q) : p.k_adj;  // kernel-parameter pointers: global loads/stores
+  const int64_t st = is_q ? p.qb_st : p.kb_st;
+  const int64_t sh = is_q ? p.qb_sh : p.kb_sh;
+  return base + (static_cast<int64_t>(t) * st + static_cast<int64_t>(h) * sh + 16 * static_cast<int64_t>(l));
 }
 
-template <int D, int LAYOUT, bool XF16, int CK, int R, class W>
+// Everything one row needs from memory, issued together: the lane's 16 bytes of q/k, the token's position and
+// the token's cos/sin entries of this lane, loaded from cache row `guess` = the token index (every SGLang
+// caller passes an arange) before the position is known. finish_row() checks the guess against the position
+// and reloads on a miss, so any position is correct; an arange costs no position -> cache round trip.
+template <int NC>
+struct RowLoads {
+  char* ptr;  // lane's 16 bytes of the row (loaded, then stored)
+  V4 x;
+  uint32_t pos;  // the low 32 bits (the contract's cache has < 2^31 rows; positions index it)
+  uint32_t used;  // the cache row loaded (the guess, or the position when it was known before the loads)
+  float cs[NC], sn[NC];
+};
+
+// The speculated cache row of token t: t itself (any row inside the cache would do).
+KQ_HD uint32_t guess_row(const Params& p, uint32_t t) { return t < p.cache_rows ? t : p.cache_rows - 1; }
+
+template <int D, int LAYOUT, bool XF16, int CK, class W>
+struct RowCode {
+  static constexpr bool NEOX = LAYOUT == kNeoxHalf || LAYOUT == kNeoxFull;
+  static constexpr bool FULL = LAYOUT == kInterleavedFull || LAYOUT == kNeoxFull;
+  static constexpr int NC = (!NEOX && !FULL) ? 4 : 8;  // cos (and sin) entries a lane uses
+  static constexpr int64_t CE = CK == kCacheF32 ? 4 : 2;  // cache entry bytes
+  static constexpr uint32_t L = D / 8;  // lanes per row (16 bytes each)
+  using A = Act<XF16>;
+
+  // cache row `row`, this lane's entries: cos at lane_cache (the cache plus this lane's cos offset), sin
+  // sin_delta bytes further
+  static KQ_HD void load_cache(W& w, const Params& p, uint32_t row, const char* lane_cache, uint32_t sin_delta,
+                               RowLoads<NC>& r) {
+    const char* c = lane_cache + static_cast<uint64_t>(row) * p.cache_row_bytes;
+    load_entries<NC, CK>(w, c, r.cs);
+    load_entries<NC, CK>(w, c + sin_delta, r.sn);
+  }
+
+  // Branch-free: a group past the last row loads the last row (clamped, never stored; SGLang does the same) and a
+  // lane outside [0, rope) loads the row's first entries (in the row; unused), so every load is unconditional and
+  // ptxas keeps the loop free of divergent blocks.
+  // `used`: the cache row to load (the token index as a guess, or the position loaded an iteration earlier);
+  // the row's position is loaded beside it and checked in finish_row (a miss reloads).
+  template <bool VERIFY = true>
+  static KQ_HD void load_row(W& w, const Params& p, bool valid, uint32_t t, uint32_t h, uint32_t l, uint32_t used,
+                             const char* lane_cache, uint32_t sin_delta, RowLoads<NC>& r) {
+    const uint32_t tc = valid ? t : p.last_tok;
+    const uint32_t hc = valid ? h : p.last_head;
+    r.ptr = row_ptr(p, tc, hc, l);
+    r.x = w.ld_x(r.ptr);
+    r.pos = VERIFY ? static_cast<uint32_t>(w.ld_pos(p.pos, tc, p.pos_is_64 != 0)) : used;
+    r.used = used;
+    load_cache(w, p, used, lane_cache, sin_delta, r);
+  }
+
+  // Normalize, rotate and store one row (every lane of the warp calls it: it shuffles).
+  template <bool VERIFY = true>
+  static KQ_HD void finish_row(W& w, const Params& p, bool valid, bool rotates, uint32_t t, uint32_t h,
+                               uint32_t l, const char* lane_cache, uint32_t sin_delta, uint32_t partner,
+                               bool first_half, RowLoads<NC>& r) {
+    const bool is_q = h < p.n_q_heads;
+    // the row's weight vector: an L1 hit issued first, its latency under the reduction (keeping both weights in
+    // registers would cost 8 registers a thread: an occupancy step)
+    const V4 wv = w.ld_ro16(static_cast<const char*>(is_q ? p.qw : p.kw) + 16 * l);
+    // the speculation's check (a group-uniform branch, no shuffle inside): a position other than the token
+    // index costs the position -> cache round trip SGLang's kernel always pays
+    // (a one-trip loop, not an if: ptxas would predicate an if's ~20 instructions into every row)
+#ifndef KDA_QKR_NO_VERIFY  // (the emulator's wrong variant: the guess never checked)
+    uint32_t miss = VERIFY && r.pos != r.used ? 1u : 0u;
+#else
+    uint32_t miss = 0;
+#endif
+    (void)t;
+#pragma unroll 1
+    for (; miss != 0; --miss) load_cache(w, p, r.pos, lane_cache, sin_delta, r);
+    float x[8];
+    unpack8(XF16, r.x, x);
+    float s0 = 0.0f, s1 = 0.0f;  // two chains of 4
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      s0 = f_fma(x[i], x[i], s0);
+      s1 = f_fma(x[i + 1], x[i + 1], s1);
+    }
+    float ss = f_add(s0, s1);
+#pragma unroll
+    for (uint32_t m = L / 2; m >= 1; m >>= 1) ss = f_add(ss, w.shfl_xor(ss, m));  // within the group
+    const float rn = f_rsqrt(f_fma(ss, 1.0f / D, p.eps));
+    float wf[8], e[8];
+    unpack8(XF16, wv, wf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = x[i] * (rn * wf[i]);
+    // Branch-free RoPE: a lane outside [0, rope) rotates by cos 1, sin 0 (e * 1 -/+ e' * 0 == e exactly for finite
+    // e). With a branch, ptxas sank the cos/sin loads into it, after the reduction: a second round trip per row.
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      r.cs[i] = rotates ? r.cs[i] : 1.0f;
+      r.sn[i] = rotates ? r.sn[i] : 0.0f;
+    }
+    if constexpr (NEOX) {
+      float ep[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ep[i] = w.shfl(e[i], partner);  // every lane takes part (partner: itself outside)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) e[i] = first_half ? e[i] * r.cs[i] - ep[i] * r.sn[i] : e[i] * r.cs[i] + ep[i] * r.sn[i];
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float c0 = FULL ? r.cs[2 * j] : r.cs[j], c1 = FULL ? r.cs[2 * j + 1] : r.cs[j];
+        const float s0_ = FULL ? r.sn[2 * j] : r.sn[j], s1_ = FULL ? r.sn[2 * j + 1] : r.sn[j];
+        const float e0 = e[2 * j], e1 = e[2 * j + 1];
+        e[2 * j] = e0 * c0 - e1 * s0_;
+        e[2 * j + 1] = e1 * c1 + e0 * s1_;
+      }
+    }
+    const V4 out{A::pack(e[0], e[1]), A::pack(e[2], e[3]), A::pack(e[4], e[5]), A::pack(e[6], e[7])};
+    if (valid) w.st_x(r.ptr, out);
+  }
+};
+
+// (t, h) of the group's next row: G rows on, i.e. step_tok tokens and step_head rows (no division)
+KQ_HD void step(const Params& p, uint32_t H, uint32_t& t, uint32_t& h) {
+  t += p.step_tok;
+  h += p.step_head;
+  if (h >= H) {
+    h -= H;
+    ++t;
+  }
+}
+
+// One iteration of the PIPE = 0 loop (warp-uniform: every lane runs it): the row's loads (q/k, cache row `used`,
+// and with VERIFY the row's own position), the next row's position (an iteration ahead), then the row.
+template <class RC, bool VERIFY, class W>
+KQ_HD void p0_iteration(W& w, const Params& p, uint32_t& base, uint32_t G, uint32_t g, uint32_t M, bool rotates,
+                        uint32_t& t, uint32_t& h, uint32_t l, const char* lane_cache, uint32_t sin_delta,
+                        uint32_t partner, bool first_half, uint32_t& used) {
+  RowLoads<RC::NC> cur;
+  const bool valid = base + g < M;
+  RC::template load_row<VERIFY>(w, p, valid, t, h, l, used, lane_cache, sin_delta, cur);
+  uint32_t tn = t, hn = h;
+  step(p, p.rows_per_token, tn, hn);
+  const bool valid_n = static_cast<uint64_t>(base) + G + g < M;
+  // the next row's position, an iteration ahead (in bounds: clamped like the loads)
+  used = static_cast<uint32_t>(w.ld_pos(p.pos, valid_n ? tn : p.last_tok, p.pos_is_64 != 0));
+  RC::template finish_row<VERIFY>(w, p, valid, rotates, t, h, l, lane_cache, sin_delta, partner, first_half, cur);
+  t = tn;
+  h = hn;
+  base += G;
+}
+
+// PIPE = 0: each iteration issues its row's loads (x, position, speculated cos/sin: one round trip) and finishes
+// it. PIPE = 1: the loads of the group's next row are issued before the current row is finished (double
+// buffer): every warp keeps a row's loads in flight while it computes.
+template <int D, int LAYOUT, bool XF16, int CK, int PIPE, class W>
 KQ_HD void thread_body(const Params& p, uint32_t block, uint32_t tid, uint32_t grid, W& w) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
-  static_assert(R == 1 || R == 2 || R == kRowsMax, "rows per item 1, 2 or 4");
-  constexpr uint32_t L = D / 8;  // lanes per row (16 bytes each)
-  constexpr uint32_t GPW = 32 / L;  // groups (rows in flight side by side) per warp
-  constexpr bool NEOX = LAYOUT == kNeoxHalf || LAYOUT == kNeoxFull;
-  constexpr bool FULL = LAYOUT == kInterleavedFull || LAYOUT == kNeoxFull;
-  constexpr int NC = (!NEOX && !FULL) ? 4 : 8;  // cos (and sin) entries a lane uses
-  constexpr int64_t CE = CK == kCacheF32 ? 4 : 2;  // cache entry bytes
-  using A = Act<XF16>;
+  static_assert(PIPE == 0 || PIPE == 1, "PIPE 0 or 1");
+  using RC = RowCode<D, LAYOUT, XF16, CK, W>;
+  constexpr uint32_t L = RC::L;
+  constexpr uint32_t GPW = 32 / L;  // groups (rows side by side) per warp
+  constexpr bool NEOX = RC::NEOX;
+  constexpr bool FULL = RC::FULL;
 
   const uint32_t lane = tid & 31u;
   const uint32_t warp = tid >> 5;
@@ -341,123 +517,56 @@ KQ_HD void thread_body(const Params& p, uint32_t block, uint32_t tid, uint32_t g
     if (rotates) partner = g * L + (first_half ? l + hl : l - hl);
   }
 
+  if (!rotates) cos_off = sin_off = 0;  // loads the row's first entries (unused): no branch around the loads
+  const char* lane_cache = static_cast<const char*>(p.cache) + cos_off * RC::CE;
+  const uint32_t sin_delta = (sin_off - cos_off) * static_cast<uint32_t>(RC::CE);
+
   if (p.flags & kEarlyTrigger) w.pdl_trigger();
   w.pdl_wait();  // q, k, the weights, the cache and the positions may come from the previous kernel
 
-  const uint32_t rows = p.n_q_heads + p.n_k_heads;
-  const uint32_t cpt = p.chunks_per_token;
-  const uint64_t magic = p.chunks_magic;
-  const uint32_t n_items = p.n_items;
-  const uint32_t stride = grid * kWarps * GPW;
-  uint32_t base = (block * kWarps + warp) * GPW;  // the warp's first item; its group g takes base + g
+  const uint32_t H = p.rows_per_token;
+  const uint32_t M = p.n_rows;
+  const uint32_t G = grid * kWarps * GPW;  // groups in the grid: the row stride
+  uint32_t base = (block * kWarps + warp) * GPW;  // the warp's first row; group g takes base + g
+  uint32_t t = div_by(base + g, H, p.rows_magic);  // token and row-in-token of the group's row, stepped by G below
+  uint32_t h = base + g - t * H;
 
-  // The first item's position (its cache row), then the L2 prefetch and the weights.
-  uint32_t tok = div_by(base + g, cpt, magic);
-#ifndef KDA_QKR_NO_PIPELINE
-  int64_t pos_cur = base + g < n_items ? w.ld_pos(p.pos, tok, p.pos_is_64 != 0) : 0;
+  if constexpr (PIPE == 0) {
+    // The group's first row speculates its cache row (an arange: one round trip; else the position -> cache trip
+    // SGLang always pays); each later row's position is loaded an iteration ahead, so its cache loads go out
+    // with its q/k load.
+    uint32_t used = guess_row(p, base + g < M ? t : p.last_tok);
+    if (base < M) {  // the group's first row: the speculated cache row, checked against its position
+      p0_iteration<RC, true>(w, p, base, G, g, M, rotates, t, h, l, lane_cache, sin_delta, partner, first_half,
+                             used);
+      // later rows: the position loaded an iteration earlier names the cache row, nothing to check
+      while (base < M)
+        p0_iteration<RC, false>(w, p, base, G, g, M, rotates, t, h, l, lane_cache, sin_delta, partner, first_half,
+                                used);
+    }
+  } else {
+    RowLoads<RC::NC> cur;
+    RC::load_row(w, p, base + g < M, t, h, l, guess_row(p, base + g < M ? t : p.last_tok), lane_cache, sin_delta,
+                 cur);
+    for (; base < M; base += G) {  // warp-uniform
+      const bool valid = base + g < M;
+      uint32_t tn = t, hn = h;
+      step(p, H, tn, hn);
+      const bool valid_n = static_cast<uint64_t>(base) + G + g < M;
+      RowLoads<RC::NC> nxt;
+#ifndef KDA_QKR_LATE_NEXT  // (the emulator's wrong variant: next-row loads after the store)
+      RC::load_row(w, p, valid_n, tn, hn, l, guess_row(p, valid_n ? tn : p.last_tok), lane_cache, sin_delta,
+                   nxt);
+      RC::finish_row(w, p, valid, rotates, t, h, l, lane_cache, sin_delta, partner, first_half, cur);
+#else
+      RC::finish_row(w, p, valid, rotates, t, h, l, lane_cache, sin_delta, partner, first_half, cur);
+      RC::load_row(w, p, valid_n, tn, hn, l, guess_row(p, valid_n ? tn : p.last_tok), lane_cache, sin_delta,
+                   nxt);
 #endif
-  if (p.prefetch_bytes != 0 && tid == 0) {
-    const uint64_t start = static_cast<uint64_t>(block) * p.prefetch_bytes;
-    if (start < p.cache_bytes) {
-      const uint64_t left = p.cache_bytes - start;
-      w.prefetch_l2(static_cast<const char*>(p.cache) + start,
-                    static_cast<uint32_t>(left < p.prefetch_bytes ? left : p.prefetch_bytes));
+      cur = nxt;  // register moves (a two-way unrolled swap spills: ptxas keeps both buffers pinned)
+      t = tn;
+      h = hn;
     }
-  }
-  // the weights' first touch (from HBM in the same round trip as the position); the rows re-read them from L1
-  w.touch(static_cast<const char*>(p.qw) + 16 * l);
-  w.touch(static_cast<const char*>(p.kw) + 16 * l);
-
-  for (; base < n_items; base += stride) {  // warp-uniform: every lane runs every iteration and every shuffle
-    const uint32_t item = base + g;
-    const bool valid = item < n_items;
-    const uint32_t r0 = (item - tok * cpt) * R;
-#ifdef KDA_QKR_NO_PIPELINE  // the variant the emulator's ordering check must reject: position -> cache in-line
-    const int64_t pos_cur = valid ? w.ld_pos(p.pos, tok, p.pos_is_64 != 0) : 0;
-#endif
-
-    // 1. every load of the item at once: R rows of q/k, then the token's cos/sin entries of this lane
-    V4 xv[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t row = r0 + r;
-      xv[r] = V4{0, 0, 0, 0};
-      if (valid && row < rows) xv[r] = w.ld_x(row_ptr(p, tok, row, l));
-    }
-    float cs[NC], sn[NC];
-#pragma unroll
-    for (int i = 0; i < NC; ++i) cs[i] = sn[i] = 0.0f;
-    if (valid && rotates) {
-      const char* crow = static_cast<const char*>(p.cache) + pos_cur * p.cache_row * CE;
-      load_entries<NC, CK>(w, crow + cos_off * CE, cs);
-      load_entries<NC, CK>(w, crow + sin_off * CE, sn);
-    }
-
-    // 2. the next item's position, one iteration ahead (its cache loads then need no round trip of their own)
-    const uint32_t next = item + stride;
-    const uint32_t tok_next = div_by(next, cpt, magic);
-#ifndef KDA_QKR_NO_PIPELINE
-    const int64_t pos_next = next < n_items ? w.ld_pos(p.pos, tok_next, p.pos_is_64 != 0) : 0;
-#endif
-
-    // 3. the R rows' sums of squares side by side: their butterflies overlap instead of running one row after
-    // another
-    float ss[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float x[8];
-      unpack8(XF16, xv[r], x);
-      ss[r] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss[r] = f_fma(x[i], x[i], ss[r]);
-    }
-#pragma unroll
-    for (uint32_t m = L / 2; m >= 1; m >>= 1) {  // within the group
-#pragma unroll
-      for (int r = 0; r < R; ++r) ss[r] = f_add(ss[r], w.shfl_xor(ss[r], m));
-    }
-
-    // 4. normalize, rotate, store each row
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t row = r0 + r;
-      const bool is_q = row < p.n_q_heads;
-      const V4 wv = w.ld_ro16(static_cast<const char*>(is_q ? p.qw : p.kw) + 16 * l);  // an L1 hit
-      float x[8], wf[8], e[8];
-      unpack8(XF16, xv[r], x);
-      unpack8(XF16, wv, wf);
-      const float rn = f_rsqrt(f_add(f_mul(ss[r], 1.0f / D), p.eps));
-#pragma unroll
-      for (int i = 0; i < 8; ++i) e[i] = f_mul(x[i], f_mul(rn, wf[i]));
-      if constexpr (NEOX) {
-        float ep[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ep[i] = w.shfl(e[i], partner);  // every lane takes part
-        if (rotates) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const float a = f_mul(e[i], cs[i]);
-            const float b = f_mul(ep[i], sn[i]);
-            e[i] = first_half ? f_sub(a, b) : f_add(a, b);
-          }
-        }
-      } else if (rotates) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float c0 = FULL ? cs[2 * j] : cs[j], c1 = FULL ? cs[2 * j + 1] : cs[j];
-          const float s0 = FULL ? sn[2 * j] : sn[j], s1 = FULL ? sn[2 * j + 1] : sn[j];
-          const float e0 = e[2 * j], e1 = e[2 * j + 1];
-          e[2 * j] = f_sub(f_mul(e0, c0), f_mul(e1, s0));
-          e[2 * j + 1] = f_add(f_mul(e1, c1), f_mul(e0, s1));
-        }
-      }
-      const V4 out{A::pack(e[0], e[1]), A::pack(e[2], e[3]), A::pack(e[4], e[5]), A::pack(e[6], e[7])};
-      if (valid && row < rows) w.st_x(row_ptr(p, tok, row, l), out);
-    }
-#ifndef KDA_QKR_NO_PIPELINE
-    pos_cur = pos_next;
-#endif
-    tok = tok_next;
   }
   if (!(p.flags & kEarlyTrigger)) w.pdl_trigger();
 }
@@ -465,42 +574,44 @@ KQ_HD void thread_body(const Params& p, uint32_t block, uint32_t tid, uint32_t g
 // ------------------------------------------------------------------------------------------------- the plan
 
 struct Plan {
-  uint32_t rows_per_item, chunks_per_token, n_items, blocks, prefetch_bytes;
+  uint32_t pipe;  // 0 or 1 (thread_body's PIPE)
+  uint32_t rounds;  // rows per group, at most
+  uint32_t n_rows;  // N * (Hq + Hk)
+  uint32_t blocks;  // CTAs
+  uint32_t step_tok, step_head;  // the grid's group count as step_tok * H + step_head
 };
 
-// resident_ctas: CTAs of this kernel the GPU holds at once (occupancy x SMs). R is the fewest rows per item that
-// still fits every item into one wave (small launches spread over the most groups), else kRowsMax (persistent
-// loop, the most bytes in flight). force_rows (1, 2 or 4) overrides; prefetch_mode 0 auto, 1 off, 2 on.
-inline Plan make_plan(uint32_t n_tokens, uint32_t rows_per_token, int head_dim, uint32_t resident_ctas,
-                      uint64_t cache_bytes, uint64_t qk_bytes, int force_rows, int prefetch_mode) {
-  const uint64_t gpw = 32 / (head_dim / 8);
-  const uint64_t capacity = static_cast<uint64_t>(resident_ctas) * kWarps * gpw;  // groups resident at once
-  uint32_t r = 0;
-  if (force_rows == 1 || force_rows == 2 || force_rows == 4) {
-    r = static_cast<uint32_t>(force_rows);
-  } else {
-    for (uint32_t c = 1; c <= kRowsMax && r == 0; c *= 2)
-      if (static_cast<uint64_t>(n_tokens) * ((rows_per_token + c - 1) / c) <= capacity) r = c;
-    if (r == 0) r = kRowsMax;
-  }
+// resident0 / resident1: CTAs of the PIPE = 0 / 1 kernel the GPU holds at once (occupancy x SMs). One row per
+// group where the rows fit one wave (small launches: SGLang's grid, the most groups); else a persistent grid
+// of the same number of rows per group (no tail round). pipe_mode 0 or 1: PIPE = 0 (the default), 2: the
+// double buffer (PIPE = 1); grid_mode 0 auto, 1 one row per group whatever the size (several waves, no
+// persistent loop), 2 half the resident CTAs (twice the rows per group).
+inline Plan make_plan(uint32_t n_tokens, uint32_t rows_per_token, int head_dim, uint32_t resident0,
+                      uint32_t resident1, int pipe_mode, int grid_mode) {
+  const uint64_t per_cta = static_cast<uint64_t>(kWarps) * (32 / (head_dim / 8));  // groups per CTA
+  const uint64_t rows = static_cast<uint64_t>(n_tokens) * rows_per_token;
   Plan plan{};
-  plan.rows_per_item = r;
-  plan.chunks_per_token = (rows_per_token + r - 1) / r;
-  const uint64_t items = static_cast<uint64_t>(n_tokens) * plan.chunks_per_token;
-  plan.n_items = static_cast<uint32_t>(items);
-  // Rounds of items per group; then the fewest CTAs that still finish in that many rounds, so the last round
-  // is (nearly) full instead of a tail where a few groups work alone (zimage T4096: 8 rounds on 480 CTAs, not
-  // 7.3 on 528).
-  const uint64_t rounds = capacity > 0 ? (items + capacity - 1) / capacity : 1;
-  const uint64_t groups = rounds > 0 ? (items + rounds - 1) / rounds : 1;
-  uint64_t blocks = (groups + kWarps * gpw - 1) / (kWarps * gpw);
-  if (blocks > resident_ctas) blocks = resident_ctas;
+  plan.n_rows = static_cast<uint32_t>(rows);
+  const bool pipe = pipe_mode == 2;  // the double buffer only on request (dev/sweep.py): see kMinBlocks
+  uint64_t resident = pipe ? (resident1 > 0 ? resident1 : 1) : (resident0 > 0 ? resident0 : 1);
+  if (grid_mode == 2) resident = resident > 1 ? resident / 2 : 1;
+  const uint64_t cap = resident * per_cta;
+  uint64_t blocks = 1;
+  if (grid_mode == 1 || rows <= cap) {
+    blocks = (rows + per_cta - 1) / per_cta;
+  } else {
+    const uint64_t rounds = (rows + cap - 1) / cap;
+    const uint64_t groups = (rows + rounds - 1) / rounds;  // the fewest groups that finish in `rounds`
+    blocks = (groups + per_cta - 1) / per_cta;
+    if (blocks > resident) blocks = resident;
+  }
   if (blocks == 0) blocks = 1;
+  const uint64_t groups = blocks * per_cta;
+  plan.pipe = pipe ? 1 : 0;
   plan.blocks = static_cast<uint32_t>(blocks);
-  const bool one_wave = items <= capacity;
-  const bool prefetch = prefetch_mode == 2 || (prefetch_mode == 0 && one_wave && cache_bytes * 8 <= qk_bytes);
-  const uint64_t slice = ((cache_bytes + blocks - 1) / blocks + 15) / 16 * 16;
-  plan.prefetch_bytes = prefetch && slice > 0 && slice < (1ull << 31) ? static_cast<uint32_t>(slice) : 0;
+  plan.rounds = static_cast<uint32_t>((rows + groups - 1) / groups);
+  plan.step_tok = rows_per_token > 0 ? static_cast<uint32_t>(groups / rows_per_token) : 0;
+  plan.step_head = rows_per_token > 0 ? static_cast<uint32_t>(groups % rows_per_token) : 0;
   return plan;
 }
 

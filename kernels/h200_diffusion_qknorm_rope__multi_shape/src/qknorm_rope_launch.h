@@ -1,4 +1,4 @@
-// c007: the launcher qknorm_rope.cu exports to the torch binding (no torch, no CUDA headers needed to include it).
+// c008: the launcher qknorm_rope.cu exports to the torch binding (no torch, no CUDA headers needed to include it).
 #pragma once
 
 #include <cstdint>
@@ -20,16 +20,17 @@ struct Launch {
   float eps;
   int32_t device;
   void* stream;  // cudaStream_t
-  // knobs (dev/sweep.py; 0 = the plan's choice): rows per item 1/2/4, prefetch 1 off / 2 on, early trigger 1 off
-  int32_t force_rows, prefetch_mode, late_trigger;
+  // knobs (dev/sweep.py; 0 = the plan's choice): pipe_mode 1 off / 2 on (double buffer), grid_mode 1 one row per
+  // group / 2 half the resident CTAs, early_trigger 1 (launch_dependents first instead of last)
+  int32_t pipe_mode, grid_mode, early_trigger;
 };
 
 // Plans and launches the kernel `decision` names (decide() said ok and not empty). Returns a cudaError_t value
 // (0: launched).
 int launch(const Decision& decision, const Launch& args);
 
-// The plan launch() would use, for dev/sweep.py and the notes: fills out[0..5] with rows_per_item,
-// chunks_per_token, n_items, blocks, prefetch_bytes and resident CTAs per SM. Returns a cudaError_t value.
+// The plan launch() would use, for dev/sweep.py and the notes: fills out[0..5] with pipe, rounds (rows per group),
+// n_rows, blocks, resident CTAs per SM of the launched kernel and its step_head. Returns a cudaError_t value.
 int describe(const Decision& decision, const Launch& args, int64_t* out);
 
 }  // namespace kda_qkr

@@ -1,4 +1,4 @@
-"""Candidate c007: fused in-place QK RMSNorm + RoPE as a CUDA kernel for the H200 (sm_90a).
+"""Candidate c008: fused in-place QK RMSNorm + RoPE as a CUDA kernel for the H200 (sm_90a).
 
 Sources: qknorm_rope_core.cuh (the per-thread code, its byte model and bound, the launch plan; shared with the CPU
 emulator of tests/emu), qknorm_rope.cu (kernels, PDL launch), qknorm_rope_contract.h (which calls the kernel
@@ -12,7 +12,7 @@ The kernel's contract (qknorm_rope_contract.h; everything else goes to SGLang's 
   stride 1, rows 16-byte aligned and apart (token and head strides multiples of 8 elements, no overlap), SGLang's
   one head stride where both have more than one head; N x (Hq + Hk) < 2^31;
 - weights ``[D]`` contiguous in q's dtype; positions ``[N]`` int32/int64 contiguous; cos_sin_cache ``[P, W]``
-  contiguous, fp32 or q's dtype, P > 0, 16-byte aligned; ``rope_dim = rope_dim or (W // 2 if full width else W)``
+  contiguous, fp32 or q's dtype, 0 < P < 2^31, 16-byte aligned; ``rope_dim = rope_dim or (W // 2 if full width else W)``
   valid for SGLang (``0 < rope_dim <= D``, ``W == (2 if full width else 1) * rope_dim``, ``rope_dim % (D/32) == 0``,
   NeoX: an even lane count) and for this kernel's 8-element lanes: ``rope_dim % 8 == 0`` (NeoX: ``rope_dim / 2``);
 - every tensor on one CUDA device that is the current one, of compute capability 9.0; no autograd recording;
@@ -77,7 +77,7 @@ _ext_tried = False
 
 # flags of the binding's call: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py) above
 FLAG_NEOX, FLAG_FULL_WIDTH = 1, 2
-ROWS_SHIFT, PREFETCH_SHIFT, FLAG_LATE_TRIGGER = 4, 8, 1 << 12
+PIPE_SHIFT, GRID_SHIFT, FLAG_EARLY_TRIGGER = 4, 8, 1 << 12
 
 
 def load_extension(verbose: bool = False) -> Any:
@@ -111,35 +111,36 @@ def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.
                                cache_has_full_width=cache_has_full_width)
 
 
-def _knob_flags(is_neox: bool, full_width: bool, rows: int, prefetch: int, late_trigger: bool) -> int:
-    assert rows in (0, 1, 2, 4) and prefetch in (0, 1, 2)
-    return (int(is_neox) + FLAG_FULL_WIDTH * int(full_width) + (rows << ROWS_SHIFT) + (prefetch << PREFETCH_SHIFT)
-            + (FLAG_LATE_TRIGGER if late_trigger else 0))
+def _knob_flags(is_neox: bool, full_width: bool, pipe: int, grid: int, early_trigger: bool) -> int:
+    assert pipe in (0, 1, 2) and grid in (0, 1, 2)
+    return (int(is_neox) + FLAG_FULL_WIDTH * int(full_width) + (pipe << PIPE_SHIFT) + (grid << GRID_SHIFT)
+            + (FLAG_EARLY_TRIGGER if early_trigger else 0))
 
 
 def run_variant(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                 cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool, eps: float = 1e-6,
-                rope_dim: int = 0, cache_has_full_width: bool = False, rows: int = 0, prefetch: int = 0,
-                late_trigger: bool = False) -> None:
-    """The kernel with the dev knobs of dev/sweep.py (rows per item 1/2/4, L2 prefetch 1 off / 2 on,
-    launch_dependents at the end); raises for a call outside the contract (no SGLang fallback here)."""
+                rope_dim: int = 0, cache_has_full_width: bool = False, pipe: int = 0, grid: int = 0,
+                early_trigger: bool = False) -> None:
+    """The kernel with the dev knobs of dev/sweep.py (pipe 2: the double-buffered kernel; grid 1: one row per
+    group, no persistent loop, 2: half the resident CTAs; launch_dependents first); raises for a call outside the
+    contract (no SGLang fallback here)."""
     ext = load_extension()
-    flags = _knob_flags(is_neox, cache_has_full_width, rows, prefetch, late_trigger)
+    flags = _knob_flags(is_neox, cache_has_full_width, pipe, grid, early_trigger)
     if ext is None or not ext.qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, 0, rope_dim,
                                           flags):
-        raise ValueError("qknorm_rope c007: the call is outside the kernel's contract")
+        raise ValueError("qknorm_rope c008: the call is outside the kernel's contract")
 
 
 def launch_plan(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                 cos_sin_cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool, rope_dim: int = 0,
-                cache_has_full_width: bool = False, rows: int = 0, prefetch: int = 0) -> dict[str, int]:
-    """What the kernel would launch for this call (empty outside the contract): rows per item, chunks per token,
-    items, CTAs, L2-prefetch bytes per CTA, resident CTAs per SM."""
+                cache_has_full_width: bool = False, pipe: int = 0, grid: int = 0) -> dict[str, int]:
+    """What the kernel would launch for this call (empty outside the contract): double buffer (0/1), rows per
+    group, rows, CTAs, resident CTAs per SM of the launched kernel, step_head."""
     ext = load_extension()
-    flags = _knob_flags(is_neox, cache_has_full_width, rows, prefetch, False)
+    flags = _knob_flags(is_neox, cache_has_full_width, pipe, grid, False)
     out = [] if ext is None else ext.plan(q, k, q_weight, k_weight, cos_sin_cache, positions, 1e-6, 0, rope_dim,
                                           flags)
-    keys = ("rows_per_item", "chunks_per_token", "n_items", "blocks", "prefetch_bytes", "ctas_per_sm")
+    keys = ("pipe", "rounds", "n_rows", "blocks", "ctas_per_sm", "step_head")
     return dict(zip(keys, out, strict=True)) if out else {}
 
 

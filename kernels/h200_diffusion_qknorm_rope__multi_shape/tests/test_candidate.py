@@ -1,4 +1,4 @@
-"""c007's Python entry point (src/register.py) on the CPU: what reaches the CUDA extension and what goes to SGLang.
+"""c008's Python entry point (src/register.py) on the CPU: what reaches the CUDA extension and what goes to SGLang.
 
 The extension cannot run here (sm_90a, CUDA tensors); a recording stand-in takes its place and answers as the
 binding does (True: launched; False: outside the contract). The kernel itself is checked by
@@ -143,5 +143,5 @@ def test_import_builds_nothing_and_declares_the_sm90a_extension() -> None:
 
 
 def test_dev_knob_flags() -> None:
-    assert CAND._knob_flags(True, False, 4, 1, True) == 1 + (4 << 4) + (1 << 8) + (1 << 12)
+    assert CAND._knob_flags(True, False, 2, 1, True) == 1 + (2 << 4) + (1 << 8) + (1 << 12)
     assert CAND._knob_flags(False, True, 0, 0, False) == 2

@@ -1,4 +1,4 @@
-"""Which calls c007's CUDA kernel takes: src/qknorm_rope_contract.h's decide(), which the torch binding runs on
+"""Which calls c008's CUDA kernel takes: src/qknorm_rope_contract.h's decide(), which the torch binding runs on
 every call (False: register.py calls SGLang), checked on the CPU through the emulator library with CPU tensors
 described as the binding describes CUDA ones. Every branch that hands a call to SGLang, the production
 signatures it takes, and what it tells the launcher (layout, rope width, dtypes)."""

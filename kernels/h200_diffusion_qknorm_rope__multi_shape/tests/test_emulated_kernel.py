@@ -1,14 +1,18 @@
-"""c007's CUDA kernel on the CPU: the kernel's own per-thread code (src/qknorm_rope_core.cuh) run by the emulator of
+"""c008's CUDA kernel on the CPU: the kernel's own per-thread code (src/qknorm_rope_core.cuh) run by the emulator of
 tests/emu for every thread of the planned grid (lanes as fibers, shuffles exchanged as a warp does), against the
 lab's fp64 oracle at the task's tolerances, in bf16 and fp16.
 
 The emulator also checks every memory access (each q/k row vector loaded once and stored once, cache reads inside
-their row, positions/weights in bounds, the L2 prefetch covering the cache) and the per-lane order the design
-rests on (the PDL wait before any load, launch_dependents first, the next item's position loaded before the
-current item's stores). Covered: both RoPE layouts x half/full-width caches x rope_dim < head_dim x head_dim
-64/128/256 x int32/int64 positions x fp32 and 16-bit caches x strided qkv views x Hq != Hk, one-wave plans and
-persistent ones (several items per group), rows per item 1/2/4; the task's rows the kernel takes; wrong variants
-the comparison rejects; the kernel's float roundings against torch's, bit for bit."""
+their row, positions/weights in bounds) and the per-lane order the design rests on (the PDL wait before any load,
+launch_dependents last by default or first, with the double buffer the next row's q/k load before the current
+row's store), and counts the cache loads (the speculated cache row: an arange loads each lane's entries once,
+other positions reload). Covered: both RoPE layouts x half/full-width caches x rope_dim < head_dim x head_dim
+64/128/256 x int32/int64 positions (random and arange) x fp32 and 16-bit caches x strided qkv views x Hq != Hk,
+one-wave plans and persistent ones (several rows per group) with and without the double buffer; the task's rows
+the kernel takes; the production plans; wrong variants the checks reject; the kernel's float roundings against
+torch's, bit for bit. The device contracts a*b+c into FMAs and uses MUFU.RSQ where the emulator rounds each
+operation: the emulator's results are within the tolerance of the device's, not bit-equal (both are checked
+against the oracle, the device's on the GPU)."""
 
 from __future__ import annotations
 
@@ -31,12 +35,13 @@ assert _spec is not None and _spec.loader is not None
 E = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(E)
 
-H200_RESIDENT = 4 * 132  # resident CTAs of the production kernel on the H200 (64 registers: 4 per SM)
+H200_RESIDENT = 6 * 132  # resident CTAs of the production PIPE = 0 kernel (40 registers: 6 per SM)
+H200_RESIDENT_PIPE = 4 * 132  # the PIPE = 1 kernel (64 registers: 4 per SM; a dev/sweep.py knob)
 
 
 def make(n: int, hq: int, hk: int, d: int, dtype: torch.dtype, cache_dtype: torch.dtype | None, rope: int,
          full: bool, pos_dtype: torch.dtype, qkv_views: bool = False, std: float = 1.0, seed: int = 0,
-         extra_rows: int = 3) -> dict[str, Any]:
+         extra_rows: int = 3, arange: bool = False) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
     if qkv_views:  # q | k | v of one projection: token stride (hq + 2 hk) d, v must stay untouched
         buf = torch.randn(n, (hq + 2 * hk) * d, generator=g).mul(std).to(dtype)
@@ -52,7 +57,7 @@ def make(n: int, hq: int, hk: int, d: int, dtype: torch.dtype, cache_dtype: torc
         "q_weight": (1 + 0.1 * torch.randn(d, generator=g)).to(dtype),
         "k_weight": (1 + 0.1 * torch.randn(d, generator=g)).to(dtype),
         "cos_sin_cache": (torch.rand(p, 2 * rope if full else rope, generator=g) * 2 - 1).to(cache_dtype or dtype),
-        "positions": torch.randint(0, p, (n,), generator=g).to(pos_dtype),
+        "positions": (torch.arange(n) if arange else torch.randint(0, p, (n,), generator=g)).to(pos_dtype),
         "rope_dim": rope, "cache_has_full_width": full,
     }
 
@@ -90,10 +95,10 @@ CASES = [
     (2, 2, 2, 256, 256, True, True, torch.int64, None, False),  # head_dim 256 NeoX full width, 16-bit cache
     (4, 1, 0, 128, 128, False, False, torch.int64, None, False),  # no k heads, 16-bit interleaved cache
 ]
-PLANS = {"one wave": {}, "persistent": {"resident_ctas": 1, "force_rows": 4},
-         "R1": {"resident_ctas": 1, "force_rows": 1},
-         "R2 late trigger": {"resident_ctas": 1, "force_rows": 2, "late_trigger": True},
-         "prefetch on": {"prefetch_mode": 2}}
+PLANS = {"one wave": {}, "persistent double buffer": {"resident_ctas": 1, "pipe_mode": 2},
+         "persistent no buffer": {"resident_ctas": 1, "pipe_mode": 1},
+         "one row a group, early trigger": {"resident_ctas": 1, "grid_mode": 1, "early_trigger": True},
+         "half grid, double buffer": {"resident_ctas": 2, "grid_mode": 2, "pipe_mode": 2}}
 
 
 def _case_id(c: tuple[Any, ...]) -> str:
@@ -102,32 +107,85 @@ def _case_id(c: tuple[Any, ...]) -> str:
             f"_{'cache16' if cache is None else 'cache32'}{'_views' if views else ''}")
 
 
+@pytest.mark.parametrize("arange", [False, True], ids=["random_pos", "arange_pos"])
 @pytest.mark.parametrize("plan", list(PLANS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_kernel_matches_oracle_in_place(case: tuple[Any, ...], dtype: torch.dtype, plan: str) -> None:
+def test_kernel_matches_oracle_in_place(case: tuple[Any, ...], dtype: torch.dtype, plan: str, arange: bool) -> None:
     n, hq, hk, d, rope, full, neox, pos_dtype, cache_dtype, views = case
-    a = make(n, hq, hk, d, dtype, cache_dtype, rope, full, pos_dtype, views)
+    a = make(n, hq, hk, d, dtype, cache_dtype, rope, full, pos_dtype, views, arange=arange)
     expected = oracle(a, neox, 1e-6)
     v_before = a["buf"][:, (hq + hk) * d:].clone() if views else None
     info = run(a, neox, 1e-6, **PLANS[plan])
     assert not failures(a, expected), failures(a, expected)
     if views:  # the v third of the projection is not written
         assert torch.equal(a["buf"][:, (hq + hk) * d:], v_before)
-    if plan in ("persistent", "R1"):
-        assert info["blocks"] == 1 and info["rows_per_item"] == PLANS[plan]["force_rows"]
-    if plan == "prefetch on":
-        assert info["prefetched_bytes"] == a["cos_sin_cache"].numel() * a["cos_sin_cache"].element_size()
+    if plan.startswith("persistent"):
+        assert info["blocks"] == 1 and info["pipe"] == (plan == "persistent double buffer")
+    rows = n * (hq + hk)
+    if plan == "one row a group, early trigger":
+        assert info["rounds"] == 1 and info["blocks"] == -(-rows // (8 * (32 // (d // 8))))
+    # the speculated cache row: each lane of each row loads its entries once on an arange (lanes outside the rope
+    # width load the row's first entries: no branch); other positions reload where the position is not the token
+    # index
+    per_row = (d // 8) * _loads_per_lane(neox, full, cache_dtype is None)
+    loaded, finished, clamped, checked = _group_iterations(rows, d, info["blocks"], info["pipe"] == 1, hq + hk)
+    assert finished == rows + clamped  # every row once, plus groups past the end (the last row, not stored)
+    pos = a["positions"].long()
+    guess = torch.arange(n).clamp(max=a["cos_sin_cache"].shape[0] - 1)
+    misses = sum(int(pos[tok] != guess[tok]) for tok, _ in checked)
+    assert info["cache_loads"] == (loaded + misses) * per_row
+    if arange:
+        assert misses == 0
 
 
-def test_persistent_plans_run_several_items_per_group() -> None:
-    """One CTA for 300 tokens x 48 rows: each of its 16 groups takes ~225 items (the pipelined loop's steady
-    state, the next item's position loaded one iteration ahead), rows per item 4."""
-    a = make(300, 24, 24, 128, torch.bfloat16, torch.float32, 128, False, torch.int64)
+def _group_iterations(rows: int, d: int, blocks: int, pipe: bool, heads: int) -> tuple[int, int, int, list]:
+    """(row loads the groups issue, rows they finish, of which clamped, [(token, clamped)] of the rows whose
+    speculated cache row is
+    checked). Every group of a warp runs each of the warp's iterations (a group past the end: the last row,
+    clamped); PIPE = 0 checks the speculation on a group's first row only (later rows' positions are loaded an
+    iteration ahead), PIPE = 1 on every row and also loads a row ahead (the prologue's, and the next row of the
+    last iteration, never finished)."""
+    gpw = 32 // (d // 8)
+    g = blocks * 8 * gpw
+    loaded = finished = clamped_rows = 0
+    checked: list = []
+    for warp in range(blocks * 8):
+        base0 = warp * gpw
+        base, it = base0, 0
+        while base < rows:
+            for i in range(gpw):
+                row = base + i
+                tok, clamped = (row // heads, False) if row < rows else ((rows - 1) // heads, True)
+                clamped_rows += clamped
+                if pipe or it == 0:
+                    checked.append((tok, clamped))
+            it += 1
+            base += g
+        finished += it * gpw
+        loaded += (it + (1 if pipe else 0)) * gpw
+    return loaded, finished, clamped_rows, checked
+
+
+def _loads_per_lane(neox: bool, full: bool, cache16: bool) -> int:
+    """Cache loads a rotating lane issues for one row (cos and sin): 4 or 8 entries each, 16-byte vectors."""
+    entries = 4 if not neox and not full else 8
+    return 2 * max(1, entries * (2 if cache16 else 4) // 16)
+
+
+def test_persistent_plans_run_several_rows_per_group() -> None:
+    """One CTA for 300 tokens x 48 rows: each of its 16 groups takes 900 rows (the persistent loop's steady state;
+    then the double buffer's: the next row's loads issued before the current row's store), arange positions (no
+    second cache load)."""
+    a = make(300, 24, 24, 128, torch.bfloat16, torch.float32, 128, False, torch.int64, arange=True)
     expected = oracle(a, False, 1e-6)
     info = run(a, False, 1e-6, resident_ctas=1)
-    assert info["rows_per_item"] == 4 and info["n_items"] == 300 * 12 and info["blocks"] == 1
+    assert info["pipe"] == 0 and info["n_rows"] == 300 * 48 and info["blocks"] == 1 and info["rounds"] == 900
+    assert info["cache_loads"] == 300 * 48 * 16 * 2
     assert not failures(a, expected)
+    a = make(300, 24, 24, 128, torch.bfloat16, torch.float32, 128, False, torch.int64, arange=True)
+    info = run(a, False, 1e-6, resident_ctas=1, pipe_mode=2)
+    assert info["pipe"] == 1 and info["rounds"] == 900 and not failures(a, expected)
 
 
 def test_tiny_variance_respects_eps() -> None:
@@ -168,7 +226,7 @@ def test_task_rows(name: str) -> None:
                        cache_has_full_width=a["cache_has_full_width"])
     if a.get("round_norm_before_rope"):
         pytest.skip("round_norm_before_rope: handed to SGLang (register.py), never reaches the kernel")
-    assert verdict.ok, f"{name}: outside c007's contract"
+    assert verdict.ok, f"{name}: outside c008's contract"
     knobs: dict[str, Any] = {"resident_ctas": H200_RESIDENT}
     if _rows(w) > EMULATED_ROWS_MAX:  # the production rows' layout, a persistent plan over 64 tokens
         a["q"], a["k"], a["positions"] = a["q"][:64], a["k"][:64], a["positions"][:64]
@@ -183,39 +241,39 @@ def test_task_rows(name: str) -> None:
     assert not failures(a, expected), failures(a, expected)
 
 
-# (row, tokens, heads per tensor, rows per item, CTAs, L2 prefetch)
+# (row, tokens, heads per tensor, double buffer, CTAs, rows per group)
 PRODUCTION_PLANS = [
-    ("qwen_T19", 19, 24, 1, 57, True), ("qwen_T47", 47, 24, 1, 141, True), ("zimage_T32", 32, 30, 1, 120, True),
-    ("qwen_edit_T189", 189, 24, 2, 284, True), ("qwen_edit_T195", 195, 24, 2, 293, True),
-    ("qwen_T4096", 4096, 24, 4, 512, False), ("qwen_edit_T8424", 8424, 24, 4, 527, False),
-    ("zimage_T4096", 4096, 30, 4, 480, False), ("zimage_T4128", 4128, 30, 4, 484, False),
+    ("qwen_T19", 19, 24, 0, 57, 1), ("qwen_T47", 47, 24, 0, 141, 1), ("zimage_T32", 32, 30, 0, 120, 1),
+    ("qwen_edit_T189", 189, 24, 0, 567, 1), ("qwen_edit_T195", 195, 24, 0, 585, 1),
+    ("qwen_T4096", 4096, 24, 0, 768, 16), ("qwen_edit_T8424", 8424, 24, 0, 790, 32),
+    ("zimage_T4096", 4096, 30, 0, 768, 20), ("zimage_T4128", 4128, 30, 0, 774, 20),
 ]
 
 
 @pytest.mark.parametrize("row", PRODUCTION_PLANS, ids=lambda r: r[0])
 def test_production_plans(row: tuple[Any, ...]) -> None:
-    """Small rows: one wave, one row per group where it fits (the most SMs; SGLang's 57-141 CTAs of 8 warps on
-    T19-T47), two on T189/T195, the whole cache prefetched into L2; large rows: the persistent grid with 4 rows
-    per item (64 KB of q/k loads in flight per SM), sized so that every group takes the same number of items,
-    no prefetch."""
-    _, n, h, rows, blocks, prefetch = row
-    qk_bytes = n * 2 * h * 128 * 2
-    p = E.plan(n, 2 * h, 128, H200_RESIDENT, n * 128 * 4, qk_bytes)
-    assert (p["rows_per_item"], p["blocks"], p["prefetch_bytes"] > 0) == (rows, blocks, prefetch)
-    # no tail: at least 95 % of the groups take the full number of rounds (the grid is sized to the rounds)
+    """Small rows: one wave, one row per group (SGLang's grid: 57-585 CTAs of 8 warps, two rows a warp); large
+    rows: the persistent grid (6 CTAs per SM), sized so that every group takes the same number of rows (no tail
+    round); no double buffer (a sweep knob)."""
+    _, n, h, pipe, blocks, rounds = row
+    p = E.plan(n, 2 * h, 128, H200_RESIDENT, H200_RESIDENT_PIPE)
+    assert (p["pipe"], p["blocks"], p["rounds"]) == (pipe, blocks, rounds)
+    assert p["blocks"] <= (H200_RESIDENT_PIPE if pipe else H200_RESIDENT)
     groups = p["blocks"] * 16
-    rounds = -(-p["n_items"] // groups)
-    assert p["n_items"] - (rounds - 1) * groups >= 0.95 * groups
+    assert p["n_rows"] - (rounds - 1) * groups >= 0.95 * groups  # the last round (nearly) full
+    assert p["step_tok"] * 2 * h + p["step_head"] == groups
 
 
 # --------------------------------------------------------------------------- the comparison rejects wrong ones
 
-@pytest.mark.parametrize("wrong", ["layout swapped", "rope on half the lanes", "eps x100", "no pipeline order"])
+@pytest.mark.parametrize("wrong", ["layout swapped", "rope on half the lanes", "eps x100", "speculation unchecked",
+                                   "next row loaded after the store"])
 def test_wrong_variants_are_rejected(wrong: str) -> None:
     neox, eps, std = True, 1e-5, 1.0
     if wrong == "eps x100":
         std = 1e-3
     a = make(6, 3, 5, 128, torch.bfloat16, torch.float32, 64, False, torch.int64, std=std)
+    assert not torch.equal(a["positions"].long(), torch.arange(6))  # random positions: the guess misses
     expected = oracle(a, neox, eps)
     if wrong == "layout swapped":
         run(a, neox, eps, layout=0)  # interleaved pairs where the call is NeoX
@@ -224,9 +282,11 @@ def test_wrong_variants_are_rejected(wrong: str) -> None:
         run(a2, neox, eps)
     elif wrong == "eps x100":
         run(a, neox, eps * 100)
-    else:  # the position -> cache chain inside each iteration: the order check must fail
-        with pytest.raises(E.EmuError, match="position loaded after the previous store"):
-            run(a, neox, eps, resident_ctas=1, force_rows=1, variant="no_pipeline")  # 3 items a group
+    elif wrong == "speculation unchecked":  # cache row = token index whatever the position
+        run(a, neox, eps, variant="no_verify")
+    else:  # the double buffer's loads after the store: the order check must fail
+        with pytest.raises(E.EmuError, match="stored before the next row was loaded"):
+            run(a, neox, eps, resident_ctas=1, pipe_mode=2, variant="late_next")  # 3 rows a group
         return
     assert failures(a, expected), f"the comparison accepted a wrong kernel ({wrong})"
 
@@ -266,8 +326,8 @@ def test_fp16_widening_is_exact() -> None:
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 7, 12, 15, 24, 30, 48, 60, 64, 255, 1000, 65537, 2**31 - 1, 2**31, 2**32 - 1])
-def test_item_to_token_division_is_exact(d: int) -> None:
-    """item // chunks_per_token by a multiply-high (div_magic): exact over random and edge 32-bit numerators."""
+def test_row_to_token_division_is_exact(d: int) -> None:
+    """row // (Hq + Hk) by a multiply-high (div_magic, once per thread): exact over random and edge numerators."""
     g = torch.Generator().manual_seed(d % 1000)
     n = torch.cat([torch.randint(0, 2**32, (1 << 18,), generator=g, dtype=torch.int64),
                    torch.tensor([0, 1, d - 1, d, d + 1, 2**32 - 1, 2**32 - 2, (2**32 - 1) // d * d,

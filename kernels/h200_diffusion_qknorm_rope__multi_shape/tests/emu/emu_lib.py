@@ -31,7 +31,9 @@ class EmuError(AssertionError):
 
 
 def build(variant: str = "") -> Path:
-    """The emulator library for ``variant`` ('' or 'no_pipeline': the kernel with -DKDA_QKR_NO_PIPELINE)."""
+    """The emulator library for ``variant``: '', 'late_next' (-DKDA_QKR_LATE_NEXT: the double buffer's next-row
+    loads after the current row's store) or 'no_verify' (-DKDA_QKR_NO_VERIFY: the speculated cache row used
+    without checking the position)."""
     cxx = shutil.which("g++") or shutil.which("c++")
     assert cxx, "a C++ compiler (g++) is needed: nvcc needs one too"
     h = hashlib.sha256(variant.encode())
@@ -43,7 +45,7 @@ def build(variant: str = "") -> Path:
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f"libqkr_emu.{os.getpid()}.so"
-    flags = ["-DKDA_QKR_NO_PIPELINE"] if variant == "no_pipeline" else []
+    flags = {"": [], "late_next": ["-DKDA_QKR_LATE_NEXT"], "no_verify": ["-DKDA_QKR_NO_VERIFY"]}[variant]
     subprocess.run([cxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
                     "-Wno-unknown-pragmas", *flags, f"-I{SRC}", str(HERE / "qknorm_rope_emu.cpp"), "-o", str(tmp)],
                    check=True, capture_output=True, text=True)
@@ -57,8 +59,8 @@ class EmuCall(ctypes.Structure):
                                       "cache_width")] + [
         (n, ctypes.c_int32) for n in ("layout", "x_f16", "cache_kind", "pos_64", "rope")] + [
         ("eps", ctypes.c_float)] + [
-        (n, ctypes.c_int32) for n in ("resident_ctas", "force_rows", "prefetch_mode", "late_trigger")] + [
-        ("plan", ctypes.c_int32 * 5), ("pad_", ctypes.c_int32), ("prefetched_bytes", ctypes.c_int64),
+        (n, ctypes.c_int32) for n in ("resident_ctas", "pipe_mode", "grid_mode", "early_trigger")] + [
+        ("plan", ctypes.c_int32 * 5), ("pad_", ctypes.c_int32), ("cache_loads", ctypes.c_int64),
         ("shuffles", ctypes.c_int64)]
 
 
@@ -87,8 +89,7 @@ def lib(variant: str = "") -> ctypes.CDLL:
         so.kda_qkr_emulate.argtypes = [ctypes.POINTER(EmuCall), ctypes.c_char_p, ctypes.c_int]
         so.kda_qkr_decide.argtypes = [ctypes.POINTER(CallDesc), ctypes.POINTER(Decision)]
         so.kda_qkr_plan.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32,
-                                    ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
-                                    ctypes.POINTER(ctypes.c_uint32)]
+                                    ctypes.c_uint32, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
         so.kda_qkr_round.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
         so.kda_qkr_widen_f16.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
         so.kda_qkr_div.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint32]
@@ -98,8 +99,8 @@ def lib(variant: str = "") -> ctypes.CDLL:
 
 def emulate(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
             cache: torch.Tensor, positions: torch.Tensor, *, is_neox: bool, full_width: bool, rope_dim: int,
-            eps: float, resident_ctas: int = 4 * 132, force_rows: int = 0, prefetch_mode: int = 0,
-            late_trigger: bool = False, variant: str = "", layout: int | None = None) -> dict[str, Any]:
+            eps: float, resident_ctas: int = 6 * 132, pipe_mode: int = 0, grid_mode: int = 0,
+            early_trigger: bool = False, variant: str = "", layout: int | None = None) -> dict[str, Any]:
     """Run the kernel on CPU tensors in place (the caller has checked the contract). ``layout`` overrides the
     layout the flags name (the wrong-variant tests). Returns the plan and counters; raises EmuError when a check
     of the run fails."""
@@ -120,15 +121,14 @@ def emulate(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: 
     c.pos_64 = int(positions.dtype == torch.int64)
     c.rope = rope_dim
     c.eps = eps
-    c.resident_ctas, c.force_rows, c.prefetch_mode = resident_ctas, force_rows, prefetch_mode
-    c.late_trigger = int(late_trigger)
+    c.resident_ctas, c.pipe_mode, c.grid_mode = resident_ctas, pipe_mode, grid_mode
+    c.early_trigger = int(early_trigger)
     msg = ctypes.create_string_buffer(1024)
     rc = lib(variant).kda_qkr_emulate(ctypes.byref(c), msg, len(msg))
     if rc:
         raise EmuError(msg.value.decode())
-    keys = ("rows_per_item", "chunks_per_token", "n_items", "blocks", "prefetch_bytes")
-    return {**dict(zip(keys, c.plan, strict=True)), "prefetched_bytes": c.prefetched_bytes,
-            "shuffles": c.shuffles}
+    keys = ("pipe", "rounds", "n_rows", "blocks", "step_head")
+    return {**dict(zip(keys, c.plan, strict=True)), "cache_loads": c.cache_loads, "shuffles": c.shuffles}
 
 
 def describe(t: object, *, as_cuda: bool = True, device: int = 0) -> TensorDesc:
@@ -166,12 +166,12 @@ def decide(q: Any, k: Any, q_weight: Any, k_weight: Any, cos_sin_cache: Any, pos
     return out
 
 
-def plan(n_tokens: int, rows_per_token: int, head_dim: int, resident_ctas: int, cache_bytes: int, qk_bytes: int,
-         force_rows: int = 0, prefetch_mode: int = 0) -> dict[str, int]:
-    out = (ctypes.c_uint32 * 5)()
-    lib().kda_qkr_plan(n_tokens, rows_per_token, head_dim, resident_ctas, cache_bytes, qk_bytes, force_rows,
-                       prefetch_mode, out)
-    return dict(zip(("rows_per_item", "chunks_per_token", "n_items", "blocks", "prefetch_bytes"), out, strict=True))
+def plan(n_tokens: int, rows_per_token: int, head_dim: int, resident0: int, resident1: int, pipe_mode: int = 0,
+         grid_mode: int = 0) -> dict[str, int]:
+    """make_plan (src/qknorm_rope_core.cuh): resident0/resident1 = CTAs the GPU holds of the PIPE 0/1 kernel."""
+    out = (ctypes.c_uint32 * 6)()
+    lib().kda_qkr_plan(n_tokens, rows_per_token, head_dim, resident0, resident1, pipe_mode, grid_mode, out)
+    return dict(zip(("pipe", "rounds", "n_rows", "blocks", "step_head", "step_tok"), out, strict=True))
 
 
 def round_bits(x: torch.Tensor, to: torch.dtype) -> torch.Tensor:

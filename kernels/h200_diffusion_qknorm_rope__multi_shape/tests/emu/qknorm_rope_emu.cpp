@@ -1,13 +1,13 @@
-// CPU emulator of c007's CUDA kernel (src/qknorm_rope_core.cuh), built with g++ into a shared library that
+// CPU emulator of c008's CUDA kernel (src/qknorm_rope_core.cuh), built with g++ into a shared library that
 // tests/emu_lib.py loads with ctypes.
 //
 // It runs the kernel's own thread_body for every thread of the planned grid: a warp's 32 lanes are fibers
 // (ucontext) switched round-robin at each shuffle, so shuffles exchange values exactly as a warp does (and a
 // shuffle some lanes skip is reported, not hung on). Memory goes through a recording policy that checks every
 // access: each q/k row vector loaded once and stored once, cache reads inside the row they start in, weights and
-// positions in bounds, the L2 prefetch inside the cache; and the per-lane order the design promises: the PDL
-// wait before the first load, the trigger first (early) or last (late), and no position load between a store
-// and the next cache load (the next item's position is loaded one iteration ahead).
+// positions in bounds; and the per-lane order the design promises: the PDL wait before the first load, the
+// trigger first (early) or last (late), and (double buffer) the next row's q/k load before the current row's
+// store. It counts the cache loads (the speculated cache row: an arange needs no second load).
 //
 // Also exported: the contract (decide), the plan (make_plan) and the float -> bf16/fp16 roundings, for the
 // Python tests.
@@ -38,16 +38,17 @@ struct EmuCall {
   int64_t n, hq, hk, d, q_st, q_sh, k_st, k_sh, cache_rows, cache_width;
   int32_t layout, x_f16, cache_kind, pos_64, rope;
   float eps;
-  int32_t resident_ctas, force_rows, prefetch_mode, late_trigger;
+  int32_t resident_ctas, pipe_mode, grid_mode, early_trigger;
   // results
-  int32_t plan[5];  // rows_per_item, chunks_per_token, n_items, blocks, prefetch_bytes
+  int32_t plan[5];  // pipe, rounds, n_rows, blocks, step_head
   int32_t pad_;
-  int64_t prefetched_bytes;
+  int64_t cache_loads;  // read-only loads inside the cache (16 or 8 bytes each)
   int64_t shuffles;
 };
 
 struct VecCount {
   int loads = 0, stores = 0;
+  bool last = false;  // a vector of the last row (N - 1, Hq + Hk - 1): groups past the end load it (clamped)
 };
 
 struct State {
@@ -56,7 +57,7 @@ struct State {
   uintptr_t cache_lo = 0, cache_hi = 0, qw_lo = 0, kw_lo = 0, w_bytes = 0, row_bytes = 0;
   std::vector<std::string> trace;  // per lane of the running warp
   std::string error;
-  int64_t prefetched = 0, shuffles = 0;
+  int64_t prefetched = 0, shuffles = 0, cache_loads = 0;
   // fibers
   ucontext_t main_ctx{};
   ucontext_t fib[32]{};
@@ -126,6 +127,7 @@ struct EmuWarp {
       const uintptr_t off = (a - g->cache_lo) % g->row_bytes;
       if (off + n > g->row_bytes) g->fail("lane %d: a cache load crosses a row end", lane);
       tr() += 'C';
+      ++g->cache_loads;
       return;
     }
     for (uintptr_t lo : {g->qw_lo, g->kw_lo})
@@ -176,9 +178,10 @@ struct EmuWarp {
   }
 };
 
-// Per-lane order: wait before any load; trigger first (early) or last (late); no position load between a
-// store and the next cache load.
-void check_order(int lane, const std::string& t, bool early) {
+// Per-lane order: wait before any load; trigger first (early) or last (late); with the double buffer (pipe), at
+// least one q/k load between consecutive stores after the first (the next row's load is issued before the
+// current row's store) where the lane has a next row.
+void check_order(int lane, const std::string& t, bool early, bool pipe) {
   const size_t wait = t.find('A');
   const size_t first_load = t.find_first_of("XCWP");
   if (wait == std::string::npos || (first_load != std::string::npos && first_load < wait))
@@ -188,14 +191,19 @@ void check_order(int lane, const std::string& t, bool early) {
     g->fail("lane %d: launch_dependents not exactly once", lane);
   else if (early ? trig > wait : trig != t.size() - 1)
     g->fail("lane %d: launch_dependents %s", lane, early ? "after the wait" : "not last");
-  bool stored = false, pos_since_store = false;
-  for (char c : t) {
-    if (c == 'S') stored = true, pos_since_store = false;
-    if (c == 'P' && stored) pos_since_store = true;
-    if (c == 'C' && pos_since_store) {
-      g->fail("lane %d: a cache load waits on a position loaded after the previous store (%s)", lane,
-              t.substr(0, 60).c_str());
-      return;
+  if (pipe) {  // X (row 0) X (row 1) S (row 0) X (row 2) S (row 1) ... S (last row)
+    int stores = 0;
+    for (char c : t) stores += c == 'S';
+    int xs = 0, ss = 0;
+    for (char c : t) {
+      if (c == 'X') ++xs;
+      if (c == 'S') {
+        ++ss;
+        if (xs < ss || (ss < stores && xs < ss + 1)) {
+          g->fail("lane %d: row %d stored before the next row was loaded (%s)", lane, ss, t.substr(0, 60).c_str());
+          return;
+        }
+      }
     }
   }
 }
@@ -210,13 +218,13 @@ __attribute__((noinline)) void setup_fiber(int i) {
   makecontext(&g->fib[i], reinterpret_cast<void (*)()>(+[](int lane) { (*g->body)(lane); }), 1, i);
 }
 
-template <int D, int LAYOUT, bool XF16, int CK, int R>
+template <int D, int LAYOUT, bool XF16, int CK, int PIPE>
 void run_grid(const Params& p, uint32_t blocks, bool early) {
   std::function<void(int)> lane_fn;
   uint32_t cur_block = 0, cur_warp = 0;
   lane_fn = [&](int lane) {
     EmuWarp w{lane};
-    thread_body<D, LAYOUT, XF16, CK, R>(p, cur_block, cur_warp * 32 + lane, blocks, w);
+    thread_body<D, LAYOUT, XF16, CK, PIPE>(p, cur_block, cur_warp * 32 + lane, blocks, w);
   };
   g->body = &lane_fn;
   for (int i = 0; i < 32; ++i)
@@ -226,7 +234,7 @@ void run_grid(const Params& p, uint32_t blocks, bool early) {
       g->trace.assign(32, std::string());
       for (int i = 0; i < 32; ++i) setup_fiber(i);
       swapcontext(&g->main_ctx, &g->fib[0]);
-      for (int i = 0; i < 32 && g->error.empty(); ++i) check_order(i, g->trace[i], early);
+      for (int i = 0; i < 32 && g->error.empty(); ++i) check_order(i, g->trace[i], early, PIPE == 1);
     }
   }
 }
@@ -235,7 +243,7 @@ using Runner = void (*)(const Params&, uint32_t, bool);
 
 template <int D, int LAYOUT, bool XF16, int CK>
 Runner pick_rows(uint32_t r) {
-  return r == 1 ? run_grid<D, LAYOUT, XF16, CK, 1> : (r == 2 ? run_grid<D, LAYOUT, XF16, CK, 2> : run_grid<D, LAYOUT, XF16, CK, 4>);
+  return r == 1 ? run_grid<D, LAYOUT, XF16, CK, 1> : run_grid<D, LAYOUT, XF16, CK, 0>;
 }
 template <int D, int LAYOUT, bool XF16>
 Runner pick_cache(int ck, uint32_t r) {
@@ -260,7 +268,8 @@ Runner pick_layout(int layout, bool f16, int ck, uint32_t r) {
 
 extern "C" {
 
-// Runs the kernel in place on host memory. Returns 0, or 1 with a message (a failed check).
+// Every q/k row vector is stored exactly once and loaded once (the last row's: at least once, groups past the
+// end load it and never store). Runs the kernel in place on host memory. Returns 0, or 1 with a message (a failed check).
 int kda_qkr_emulate(EmuCall* c, char* msg, int msg_len) {
   State st;
   g = &st;
@@ -283,19 +292,19 @@ int kda_qkr_emulate(EmuCall* c, char* msg, int msg_len) {
             std::snprintf(msg, msg_len, "q/k rows overlap (the test's layout)");
             return 1;
           }
-          st.vecs[a] = VecCount{};
+          VecCount vc{};
+          vc.last = t == c->n - 1 && (c->hk > 0 ? which == 1 : which == 0) && h == heads - 1;
+          st.vecs[a] = vc;
         }
     }
-  const uint64_t cache_bytes = static_cast<uint64_t>(c->cache_rows * c->cache_width * ce);
-  const uint64_t qk_bytes = static_cast<uint64_t>(c->n * (c->hq + c->hk) * c->d * 2);
   const Plan plan = make_plan(static_cast<uint32_t>(c->n), static_cast<uint32_t>(c->hq + c->hk),
-                              static_cast<int>(c->d), static_cast<uint32_t>(c->resident_ctas), cache_bytes, qk_bytes,
-                              c->force_rows, c->prefetch_mode);
-  c->plan[0] = static_cast<int32_t>(plan.rows_per_item);
-  c->plan[1] = static_cast<int32_t>(plan.chunks_per_token);
-  c->plan[2] = static_cast<int32_t>(plan.n_items);
+                              static_cast<int>(c->d), static_cast<uint32_t>(c->resident_ctas),
+                              static_cast<uint32_t>(c->resident_ctas), c->pipe_mode, c->grid_mode);
+  c->plan[0] = static_cast<int32_t>(plan.pipe);
+  c->plan[1] = static_cast<int32_t>(plan.rounds);
+  c->plan[2] = static_cast<int32_t>(plan.n_rows);
   c->plan[3] = static_cast<int32_t>(plan.blocks);
-  c->plan[4] = static_cast<int32_t>(plan.prefetch_bytes);
+  c->plan[4] = static_cast<int32_t>(plan.step_head);
   Params p{};
   p.q = c->q;
   p.k = c->k;
@@ -308,37 +317,38 @@ int kda_qkr_emulate(EmuCall* c, char* msg, int msg_len) {
   p.k_stride_t = c->k_st;
   p.k_stride_h = c->k_sh;
   p.cache_row = c->cache_width;
-  p.cache_bytes = cache_bytes;
+  p.cache_rows = static_cast<uint32_t>(c->cache_rows);
   p.n_q_heads = static_cast<uint32_t>(c->hq);
-  p.n_k_heads = static_cast<uint32_t>(c->hk);
-  p.chunks_per_token = plan.chunks_per_token;
-  p.chunks_magic = div_magic(p.chunks_per_token);
-  p.n_items = plan.n_items;
+  p.rows_per_token = static_cast<uint32_t>(c->hq + c->hk);
+  p.rows_magic = div_magic(p.rows_per_token);
+  p.n_rows = plan.n_rows;
+  p.step_tok = plan.step_tok;
+  p.step_head = plan.step_head;
+  p.last_tok = static_cast<uint32_t>(c->n - 1);
+  p.last_head = p.rows_per_token - 1;
   p.rope_dim = static_cast<uint32_t>(c->rope);
   p.pos_is_64 = static_cast<uint32_t>(c->pos_64);
-  p.prefetch_bytes = plan.prefetch_bytes;
-  p.flags = c->late_trigger ? 0u : kEarlyTrigger;
+  p.flags = c->early_trigger ? kEarlyTrigger : 0u;
   p.eps = c->eps;
+  set_derived(p, ce);
   Runner run = nullptr;
   const bool f16 = c->x_f16 != 0;
   switch (c->d) {
-    case 64: run = pick_layout<64>(c->layout, f16, c->cache_kind, plan.rows_per_item); break;
-    case 128: run = pick_layout<128>(c->layout, f16, c->cache_kind, plan.rows_per_item); break;
-    case 256: run = pick_layout<256>(c->layout, f16, c->cache_kind, plan.rows_per_item); break;
+    case 64: run = pick_layout<64>(c->layout, f16, c->cache_kind, plan.pipe); break;
+    case 128: run = pick_layout<128>(c->layout, f16, c->cache_kind, plan.pipe); break;
+    case 256: run = pick_layout<256>(c->layout, f16, c->cache_kind, plan.pipe); break;
     default: std::snprintf(msg, msg_len, "head_dim %lld", static_cast<long long>(c->d)); return 1;
   }
-  run(p, plan.blocks, !c->late_trigger);
+  run(p, plan.blocks, c->early_trigger != 0);
   if (st.error.empty()) {
     for (const auto& kv : st.vecs)
-      if (kv.second.loads != 1 || kv.second.stores != 1) {
+      if (kv.second.stores != 1 || kv.second.loads < 1 || (kv.second.loads > 1 && !kv.second.last)) {
         st.fail("a q/k row vector loaded %d and stored %d times", kv.second.loads, kv.second.stores);
         break;
       }
   }
-  if (st.error.empty() && plan.prefetch_bytes != 0 && st.prefetched != static_cast<int64_t>(cache_bytes))
-    st.fail("the L2 prefetch covered %lld of %llu cache bytes", static_cast<long long>(st.prefetched),
-            static_cast<unsigned long long>(cache_bytes));
-  c->prefetched_bytes = st.prefetched;
+  if (st.error.empty() && st.prefetched != 0) st.fail("an L2 prefetch (c008 has none)");
+  c->cache_loads = st.cache_loads;
   c->shuffles = st.shuffles;
   g = nullptr;
   if (!st.error.empty()) {
@@ -353,15 +363,15 @@ int kda_qkr_decide(const CallDesc* c, Decision* out) {
   return out->ok;
 }
 
-void kda_qkr_plan(uint32_t n_tokens, uint32_t rows_per_token, int head_dim, uint32_t resident_ctas,
-                  uint64_t cache_bytes, uint64_t qk_bytes, int force_rows, int prefetch_mode, uint32_t* out) {
-  const Plan p = make_plan(n_tokens, rows_per_token, head_dim, resident_ctas, cache_bytes, qk_bytes, force_rows,
-                           prefetch_mode);
-  out[0] = p.rows_per_item;
-  out[1] = p.chunks_per_token;
-  out[2] = p.n_items;
+void kda_qkr_plan(uint32_t n_tokens, uint32_t rows_per_token, int head_dim, uint32_t resident0, uint32_t resident1,
+                  int pipe_mode, int grid_mode, uint32_t* out) {
+  const Plan p = make_plan(n_tokens, rows_per_token, head_dim, resident0, resident1, pipe_mode, grid_mode);
+  out[0] = p.pipe;
+  out[1] = p.rounds;
+  out[2] = p.n_rows;
   out[3] = p.blocks;
-  out[4] = p.prefetch_bytes;
+  out[4] = p.step_head;
+  out[5] = p.step_tok;
 }
 
 // n[i] / d by the kernel's multiply-high (div_by with div_magic), for the Python tests.
