@@ -14,17 +14,17 @@ FUNCTIONS = (
 # triton_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu_triton:triton_group_norm_silu
 KDA_OPTIMIZED_triton_group_norm_silu = True
 KDA_TASK_triton_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "34bf54fc044d6b33c2ed0c900cce974d63e5a013"}
-KDA_DATE_triton_group_norm_silu: dict[str, str] = {"h200": "2026-11-24"}
-KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.6238}
+KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "e1176469c9d1f6e075e74f62879882c5f29b6756"}
+KDA_DATE_triton_group_norm_silu: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.7278}
 KDA_ARCHES_triton_group_norm_silu: tuple[str, ...] = ("h200",)
 
 # apply_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu:apply_group_norm_silu
 KDA_OPTIMIZED_apply_group_norm_silu = True
 KDA_TASK_apply_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "34bf54fc044d6b33c2ed0c900cce974d63e5a013"}
-KDA_DATE_apply_group_norm_silu: dict[str, str] = {"h200": "2026-11-24"}
-KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.5799}
+KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "e1176469c9d1f6e075e74f62879882c5f29b6756"}
+KDA_DATE_apply_group_norm_silu: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.6691}
 KDA_ARCHES_apply_group_norm_silu: tuple[str, ...] = ("h200",)
 
 

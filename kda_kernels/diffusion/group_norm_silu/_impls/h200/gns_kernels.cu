@@ -29,6 +29,22 @@ constexpr int kPipeLagPerSm = 4;
 constexpr int64_t kPipeFusedMaxBytes = 16 * 1024;
 constexpr int64_t kOnChipMaxGroupBytes = 240 * 1024;
 constexpr int kPipeDefaultHints = 6;
+// c004 path D (register-resident group, one barrier): auto routing takes every group up to
+// kRegAutoMaxGroupBytes that it can hold (16-byte vectors, HW % VEC == 0); a group is spread
+// over more CTAs (cluster) while the grid stays <= 2 CTAs per SM and each CTA keeps
+// >= kRegMinSliceBytes of x.  force_path 4 forces it (force_cs = CS, smem_cap = threads);
+// force_path 5 is c003's auto routing exactly (no path D), for A/B sweeps.
+constexpr int64_t kRegMinSliceBytes = 4 * 1024;
+// Auto-routing reach of path D: groups up to this size, clusters up to this size.  H200 sweep of
+// c006 (dev/sweep_small.py, 2026-11-27, notes.md): path D beat c003 on the rows with groups up to
+// 98 KB and lost on every row with groups of 164-245 KB (10.5-15.7 MB rows: 12.2-14.2 us against
+// c003's 11.1-13.6), so those stay on c003's path; clusters of 8 lost to clusters of 4 on every
+// row where both ran (3.3-6.3 MB: 6.5-7.9 us against 5.6-7.8), so auto growth stops at 4.
+constexpr int64_t kRegAutoMaxGroupBytes = 128 * 1024;
+constexpr int kRegAutoMaxCs = 8;
+constexpr int kRegAutoGrowCs = 4;
+constexpr int kForceRegPath = 4;
+constexpr int kForceC003Auto = 5;
 
 struct Plan {
   int path = 0;      // 1 = cluster/on-chip, 2 = split stats + apply
@@ -43,6 +59,7 @@ struct Plan {
   int64_t lp = 0;    // path 3: stats tiles handed out before the first apply tile
   int hints = 0;     // path 3: L2 eviction-hint bits
   int64_t zero_off = 0, zero_bytes = 0;  // path 3: counters to clear before the launch
+  int reg_u = 0;     // path 4: vectors per thread (1, 2, 4, 8)
 };
 
 struct DevInfo {
@@ -149,13 +166,137 @@ bool cluster_fits(int dev, int cs, int threads, size_t smem) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+template <typename T, int U>
+cudaError_t setup_reg_kernel(int dev) {
+  static int done[kMaxDevices] = {0};
+  if (done[dev]) return cudaSuccess;
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (done[dev]) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(gns_reg_kernel<T, U>,
+                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) return e;
+  done[dev] = 1;
+  return cudaSuccess;
+}
+
+template <typename T, int U>
+bool reg_cluster_fits_u(int dev, int cs, int threads) {
+  static std::map<std::tuple<int, int, int>, int> cache;
+  const auto key = std::make_tuple(dev, cs, threads);
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second > 0;
+  }
+  if (setup_reg_kernel<T, U>(dev) != cudaSuccess) return false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cs * 64, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cs;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  cudaError_t e = cudaOccupancyMaxActiveClusters(&n, (void*)gns_reg_kernel<T, U>, &cfg);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear
+    n = 0;
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  cache[key] = n;
+  return n > 0;
+}
+
+template <typename T>
+bool reg_cluster_fits(int dev, int cs, int threads, int u) {
+  switch (u) {
+    case 1:
+      return reg_cluster_fits_u<T, 1>(dev, cs, threads);
+    case 2:
+      return reg_cluster_fits_u<T, 2>(dev, cs, threads);
+    case 4:
+      return reg_cluster_fits_u<T, 4>(dev, cs, threads);
+    default:
+      return reg_cluster_fits_u<T, 8>(dev, cs, threads);
+  }
+}
+
+int pow2ceil(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Path D plan (see gns_reg_kernel).  Returns false where the group cannot be held (the caller
+// then keeps c003's routing).  force_cs / force_nt > 0 pin the cluster size / CTA size.
 template <typename T, int VEC>
-int make_plan(int dev, int64_t D, int64_t total, int force_path, int force_cs, int smem_cap,
+bool plan_reg(int dev, int64_t dvec, int64_t total, bool uniform, int force_cs, int force_nt,
               Plan* p) {
+  if constexpr (sizeof(T) * VEC != 16) {
+    return false;
+  } else {
+    if (!uniform || dvec <= 0) return false;
+    const int64_t cap = (int64_t)kRegMaxThreads * kRegMaxU;  // vectors per CTA
+    int cs = 0;
+    if (force_cs > 0) {
+      if (force_cs != 1 && force_cs != 2 && force_cs != 4 && force_cs != 8 && force_cs != 16)
+        return false;
+      if (cdiv(dvec, force_cs) > cap) return false;
+      cs = force_cs;
+    } else {
+      for (int c = 1; c <= kRegAutoMaxCs; c *= 2) {
+        if (cdiv(dvec, c) <= cap) {
+          cs = c;
+          break;
+        }
+      }
+      if (cs == 0) return false;
+      const int64_t sms = dev_info(dev).sms;
+      while (cs < kRegAutoGrowCs && total * 2 * cs <= 2 * sms && cdiv(dvec, 2 * cs) * 16 >= kRegMinSliceBytes)
+        cs *= 2;
+    }
+    if (total * cs > 0x7fffffffLL) return false;
+    const int64_t slice = cdiv(dvec, cs);
+    int nt;
+    if (force_nt > 0) {
+      if (force_nt % 32 != 0 || force_nt > kRegMaxThreads) return false;
+      nt = force_nt;
+    } else {
+      nt = slice >= kRegMaxThreads ? kRegMaxThreads : (pow2ceil(slice) < 32 ? 32 : pow2ceil(slice));
+    }
+    const int u = pow2ceil(cdiv(slice, nt));
+    if (u > kRegMaxU) return false;
+    if (cs >= 8 && !reg_cluster_fits<T>(dev, cs, nt, u)) return false;
+    p->path = 4;
+    p->vec = VEC;
+    p->cs = cs;
+    p->slice_vec = (int)slice;
+    p->threads = nt;
+    p->reg_u = u;
+    p->smem = 0;
+    p->ws_bytes = 0;
+    return true;
+  }
+}
+
+template <typename T, int VEC>
+int make_plan(int dev, int64_t D, int64_t total, bool uniform, int force_path, int force_cs,
+              int smem_cap, Plan* p) {
   const DevInfo& di = dev_info(dev);
   const int vbytes = (int)sizeof(T) * VEC;
   const int64_t dvec = D / VEC;
   p->vec = VEC;
+  if (force_path == kForceRegPath) {
+    return plan_reg<T, VEC>(dev, dvec, total, uniform, force_cs, smem_cap, p) ? 0 : kErrForced;
+  }
+  if (force_path == 0 && dvec * vbytes <= kRegAutoMaxGroupBytes &&
+      plan_reg<T, VEC>(dev, dvec, total, uniform, 0, 0, p))
+    return 0;  // c004: path D
+  if (force_path == kForceC003Auto) force_path = 0;  // c003's routing from here on
   int cap = smem_cap > 0 ? smem_cap : kDefaultSmemCap;
   const int hw_cap = di.smem_optin - static_smem_cluster<T, VEC>(dev) - 64;
   if (cap > hw_cap) cap = hw_cap;
@@ -239,6 +380,28 @@ int make_plan(int dev, int64_t D, int64_t total, int force_path, int force_cs, i
   return 0;
 }
 
+template <typename T, int U>
+int launch_reg(int dev, const T* xp, const T* wp, const T* bp, T* yp, int64_t D, int64_t G,
+               int64_t Cg, FastDiv hw, int64_t total, const Plan& p, float eps,
+               cudaStream_t stream) {
+  cudaError_t e = setup_reg_kernel<T, U>(dev);
+  if (e != cudaSuccess) return (int)e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(total * p.cs), 1, 1);
+  cfg.blockDim = dim3(p.threads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = p.cs;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.cs > 1 ? 1 : 0;
+  return (int)cudaLaunchKernelEx(&cfg, gns_reg_kernel<T, U>, xp, wp, bp, yp, D, (int)G, (int)Cg,
+                                 hw, p.slice_vec, p.cs, eps);
+}
+
 template <typename T, int VEC>
 int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t ws_bytes,
         int64_t N, int64_t C, int64_t HW, int64_t G, float eps, int force_path, int force_cs,
@@ -248,17 +411,35 @@ int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t 
   const int64_t Cg = C / G;
   const int64_t D = Cg * HW;
   const int64_t total = N * G;
+  const int uniform = (HW % VEC) == 0 ? 1 : 0;
   Plan p;
-  int rc = make_plan<T, VEC>(dev, D, total, force_path, force_cs, smem_cap, &p);
+  int rc = make_plan<T, VEC>(dev, D, total, uniform != 0, force_path, force_cs, smem_cap, &p);
   if (rc != 0) return rc;
   if (out_plan) *out_plan = p;
   if (!launch) return 0;
   const FastDiv hw = make_fastdiv((uint32_t)HW);
-  const int uniform = (HW % VEC) == 0 ? 1 : 0;
   const T* xp = static_cast<const T*>(x);
   const T* wp = static_cast<const T*>(w);
   const T* bp = static_cast<const T*>(b);
   T* yp = static_cast<T*>(y);
+  if (p.path == 4) {
+    if constexpr (sizeof(T) * VEC != 16) {
+      return kErrArgs;
+    } else {
+      switch (p.reg_u) {
+        case 1:
+          return launch_reg<T, 1>(dev, xp, wp, bp, yp, D, G, Cg, hw, total, p, eps, stream);
+        case 2:
+          return launch_reg<T, 2>(dev, xp, wp, bp, yp, D, G, Cg, hw, total, p, eps, stream);
+        case 4:
+          return launch_reg<T, 4>(dev, xp, wp, bp, yp, D, G, Cg, hw, total, p, eps, stream);
+        case 8:
+          return launch_reg<T, 8>(dev, xp, wp, bp, yp, D, G, Cg, hw, total, p, eps, stream);
+        default:
+          return kErrArgs;
+      }
+    }
+  }
   if (p.path == 1) {
     cudaError_t e = setup_cluster_kernel<T, VEC>(dev);
     if (e != cudaSuccess) return (int)e;
@@ -393,7 +574,7 @@ int gns_forward(const void* x, const void* w, const void* b, void* y, void* ws, 
                        smem_cap, stream, nullptr, true, true);
 }
 
-// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem, q, tiles.
+// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem (path 4: U), q, tiles.
 int gns_describe(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int force_path,
                  int force_cs, int smem_cap, int64_t* out8) {
   gns::Plan p;
@@ -405,7 +586,7 @@ int gns_describe(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int for
   out8[2] = p.cs;
   out8[3] = p.path == 3 ? p.lp : p.slice_vec;
   out8[4] = p.threads;
-  out8[5] = p.path == 3 ? p.hints : (int64_t)p.smem;
+  out8[5] = p.path == 3 ? p.hints : (p.path == 4 ? p.reg_u : (int64_t)p.smem);
   out8[6] = p.q;
   out8[7] = p.tiles;
   return 0;

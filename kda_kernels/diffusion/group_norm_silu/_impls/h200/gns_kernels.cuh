@@ -23,8 +23,12 @@
 //     of traffic per 2 of copy.
 //  C. gns_pipe_kernel (v3) -- one kernel: groups that fit one 32 KB tile are fused (registers,
 //     1R + 1W); larger groups get lagged stats/apply tiles from a ticket counter so the apply
-//     re-read can hit L2 (byte model and bound next to the kernel).  Auto routing (gns_kernels.cu):
-//     C fused for groups <= 16 KB, A up to 240 KB, B above (all measured, docs/notes.md).
+//     re-read can hit L2 (byte model and bound next to the kernel).
+//  D. gns_reg_kernel (c004) -- group held in registers by one CTA or one cluster (<= 32 KB per
+//     CTA), one launch, one barrier, affine loads issued with the x loads (byte model, bound and
+//     dependent chain next to the kernel).
+//  Auto routing (gns_kernels.cu): D for every group <= 240 KB it can hold (16-byte vectors,
+//  HW % VEC == 0); otherwise c003's: C fused for groups <= 16 KB, A up to 240 KB, B above.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -941,6 +945,234 @@ gns_pipe_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 template <typename T, int VEC>
 __host__ __device__ constexpr int pipe_tile_vec() {
   return kPipeThreads * (kPipeUnroll > (32 / VEC) ? kPipeUnroll : (32 / VEC));
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Path D (c004 design, docs/notes.md "c004 register path"): group held in REGISTERS by one
+// CTA or one thread-block cluster of CS in {1,2,4,8,16} CTAs; one launch, one barrier.
+//
+//   grid.x = total * CS, cluster (CS,1,1) when CS > 1, blockDim NT in {32,...,256} (multiple
+//   of 32).  CTA (gi, rank) owns vectors [rank*slice_vec, min(dvec, (rank+1)*slice_vec)) of
+//   group gi; thread tid holds vectors rank*slice_vec + tid + k*NT, k < U (coalesced per k),
+//   as raw uint4 (16-byte LDG, no repack between loads; addresses clamped to the group's last
+//   vector so the U loads are unpredicated and issue back to back).
+//
+//   Dependent chain per call (c003 path A had: K -> cp.async stages -> block merge (bar) ->
+//   cluster barrier -> DSMEM -> merge -> bar -> table finish (bar) -> apply from smem):
+//     1. issue together: U x loads, the shift K (the group's first element), and the w_c/b_c
+//        of each of the thread's U vectors (a vector never straddles a channel: HW % VEC == 0
+//        is required, so one channel per vector) -- the affine loads are off the chain;
+//     2. per-thread exact two-pass (centered) stats of its <= U*VEC registers, shifted by K;
+//     3. warp merge (Chan, shfl tree), lane 0 stores (n, mean, M2) to s_part[warp];
+//     4. ONE barrier: barrier.cluster arrive.release/wait.acquire (CS > 1) or __syncthreads;
+//     5. every warp merges all CS*nwarps partials (DSMEM ld.shared::cluster.v4 for CS > 1) in
+//        a fixed order and a canonically ordered xor-butterfly, so every thread of every CTA
+//        of the group holds the bitwise-same (mean_s, rstd) -- no broadcast barrier;
+//     6. apply from registers: t = fma(x - K, rstd*w_c, b_c - mean_s*rstd*w_c), silu, one
+//        rounding, 16-byte stores; arrive on the cluster barrier after the DSMEM reads and
+//        wait on it only before exit (peers' s_part must outlive their readers).
+//
+//   Byte model: x read once (1R), y written once (1W), w/b 2*C*sizeof(T) (L2/L1 hits after
+//   the first CTA), K one extra 2-byte read per CTA (L2).  Bound: HBM copy rate 4.29 TB/s on
+//   2*numel*sizeof(T) bytes, plus the fixed launch/ramp cost a same-size copy also pays
+//   (~1.9-2.0 us on the H200 for 0.5-2 MB, docs/notes.md table): size-aware bound
+//   ~= 2 us + bytes / 4.3 TB/s.  Capacity: NT*U*16 B <= 32 KB per CTA (U <= 8, NT <= 256),
+//   so groups up to CS*32 KB (256 KB at CS 8; 512 KB at the non-portable CS 16).
+//   ALU per element: ~7 (stats, two passes) + ~9 (apply) instructions and 2 MUFU (ex2, rcp),
+//   e.g. the 15.7 MB row (3.9 M elements): ~1.9 us of MUFU per SM spread over 132 SMs, partly
+//   hidden under the 1W drain (stats cannot overlap the group's own load).
+// ---------------------------------------------------------------------------------------
+constexpr int kRegMaxThreads = 256;
+constexpr int kRegMaxU = 8;
+
+__device__ __forceinline__ float4 ld_dsmem_f4(const float4* local_ptr, uint32_t rank) {
+  const uint32_t l = (uint32_t)__cvta_generic_to_shared(local_ptr);
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(l), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(r)
+               : "memory");
+  return v;
+}
+
+// Xor butterfly with a canonical operand order (the lane whose bit is clear is the left
+// operand): both partners compute stat_merge(low, high) on identical inputs, so after the
+// 5 levels every lane holds the bitwise-same result (the same tree as a pairwise reduction
+// of lanes 0..31 in index order).
+__device__ __forceinline__ Stat warp_merge_all(Stat s) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    Stat o;
+    o.n = __shfl_xor_sync(0xffffffffu, s.n, off);
+    o.mean = __shfl_xor_sync(0xffffffffu, s.mean, off);
+    o.m2 = __shfl_xor_sync(0xffffffffu, s.m2, off);
+    const bool hi = (lane & off) != 0;  // operands swapped by select: one merge per level
+    const Stat l{hi ? o.n : s.n, hi ? o.mean : s.mean, hi ? o.m2 : s.m2};
+    const Stat r{hi ? s.n : o.n, hi ? s.mean : o.mean, hi ? s.m2 : o.m2};
+    s = stat_merge(l, r);
+  }
+  return s;
+}
+
+__device__ __forceinline__ uint4 ldg_nc_na16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// 16 bytes of VEC = 16/sizeof(T) outputs, one rounding each (packed cvt for 16-bit types).
+template <typename T>
+__device__ __forceinline__ uint4 pack16(const float (&o)[16 / sizeof(T)]) {
+  uint4 u;
+  uint32_t* wd = &u.x;
+  if constexpr (std::is_same<T, float>::value) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wd[i] = __float_as_uint(o[i]);
+  } else if constexpr (std::is_same<T, __half>::value) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 h = __floats2half2_rn(o[2 * i], o[2 * i + 1]);
+      wd[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(o[2 * i], o[2 * i + 1]);
+      wd[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  return u;
+}
+
+// Requirements (checked by the planner, gns_kernels.cu plan_reg): x, y 16-byte aligned,
+// HW % VEC == 0 (so D % VEC == 0 and each vector lies in one channel), slice_vec <= NT*U,
+// NT % 32 == 0, NT <= kRegMaxThreads, D < 2^31.
+template <typename T, int U>
+__global__ void __launch_bounds__(kRegMaxThreads, 2)
+gns_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+               T* __restrict__ y, int64_t D, int G, int Cg, FastDiv hw_div, int slice_vec,
+               int CS, float eps) {
+  constexpr int VEC = 16 / (int)sizeof(T);
+  __shared__ float4 s_part[kRegMaxThreads / 32];
+  const int tid = threadIdx.x;
+  const int NT = blockDim.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int nwarps = NT >> 5;
+  const uint32_t rank = CS > 1 ? cluster_ctarank() : 0u;
+  const int64_t gi = (int64_t)(blockIdx.x / (unsigned)CS);
+  const int64_t dvec = D / VEC;
+  const int64_t v0 = (int64_t)rank * slice_vec;
+  const int64_t rem = dvec - v0;
+  const int nv = rem <= 0 ? 0 : (rem < slice_vec ? (int)rem : slice_vec);
+  const T* gx = x + gi * D;
+  const int g_off = (int)(gi % G) * Cg;
+
+  // 1. every global load of the call, issued before any of them is used
+  uint4 r[U];
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int64_t v = min(v0 + tid + (int64_t)k * NT, dvec - 1);
+    r[k] = ldg_nc_na16(gx + v * VEC);
+  }
+  const float K = ldg_f<T>(gx);
+  float wk[U], bk[U];
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int64_t v = min(v0 + tid + (int64_t)k * NT, dvec - 1);
+    const int ch = g_off + (int)fdiv((uint32_t)(v * VEC), hw_div);
+    wk[k] = ldg_f<T>(w + ch);
+    bk[k] = ldg_f<T>(b + ch);
+  }
+  const int nvalid = tid < nv ? min(U, (nv - 1 - tid) / NT + 1) : 0;  // valid k: a prefix
+
+  // 2. exact two-pass stats of this thread's registers (shifted by K), four accumulators
+  Stat st = stat_empty();
+  if (nvalid > 0) {
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      if (k < nvalid) {
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+          s0 += pl_get<T, VEC>(r[k], i) - K;
+          s1 += pl_get<T, VEC>(r[k], i + 1) - K;
+          s2 += pl_get<T, VEC>(r[k], i + 2) - K;
+          s3 += pl_get<T, VEC>(r[k], i + 3) - K;
+        }
+      }
+    }
+    const float n = (float)(nvalid * VEC);
+    const float m = ((s0 + s1) + (s2 + s3)) / n;
+    float q0 = 0.f, q1 = 0.f, q2 = 0.f, q3 = 0.f;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      if (k < nvalid) {
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+          const float d0 = (pl_get<T, VEC>(r[k], i) - K) - m;
+          const float d1 = (pl_get<T, VEC>(r[k], i + 1) - K) - m;
+          const float d2 = (pl_get<T, VEC>(r[k], i + 2) - K) - m;
+          const float d3 = (pl_get<T, VEC>(r[k], i + 3) - K) - m;
+          q0 = fmaf(d0, d0, q0);
+          q1 = fmaf(d1, d1, q1);
+          q2 = fmaf(d2, d2, q2);
+          q3 = fmaf(d3, d3, q3);
+        }
+      }
+    }
+    st = Stat{n, m, (q0 + q1) + (q2 + q3)};
+  }
+
+  // 3. warp merge; 4. the one barrier
+  st = warp_merge_down(st);
+  if (lane == 0) s_part[warp] = make_float4(st.n, st.mean, st.m2, 0.f);
+  if (CS > 1) {
+    cluster_arrive_release();
+    cluster_wait_acquire();
+  } else {
+    __syncthreads();
+  }
+
+  // 5. every warp merges the CS*nwarps partials: lane-sequential in index order, then the
+  //    canonical butterfly -> the same bits in every thread of the group
+  const int E = CS * nwarps;
+  Stat a = stat_empty();
+  for (int e = lane; e < E; e += 32) {
+    const float4 f = CS > 1 ? ld_dsmem_f4(&s_part[e % nwarps], (uint32_t)(e / nwarps)) : s_part[e];
+    a = stat_merge(a, Stat{f.x, f.y, f.z});
+  }
+  a = warp_merge_all(a);
+  // this CTA is done reading its peers' s_part (the values are consumed above, so the reads
+  // are complete): relaxed arrive, no second MEMBAR.ALL.GPU (the release arrive emits one)
+  if (CS > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  const float mean = a.mean;              // K-shifted
+  const float rstd = rsqrtf(fmaxf(a.m2 / a.n, 0.f) + eps);
+
+  // 6. apply from registers, 16-byte stores
+  T* gy = y + gi * D;
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    if (k < nvalid) {
+      const int64_t v = v0 + tid + (int64_t)k * NT;
+      const float ak = rstd * wk[k];
+      const float ck = fmaf(-mean, ak, bk[k]);
+      float o[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float t = fmaf(pl_get<T, VEC>(r[k], i) - K, ak, ck);
+        o[i] = __fdividef(t, 1.0f + __expf(-t));
+      }
+      *reinterpret_cast<uint4*>(gy + v * VEC) = pack16<T>(o);
+    }
+  }
+  if (CS > 1) cluster_wait_acquire();  // peers may still read this CTA's s_part until here
 }
 
 }  // namespace gns

@@ -160,14 +160,33 @@ def triton_group_norm_silu(
 # -233051-90414c; docs/notes.md). In fp16/bf16, where SGLang takes its chunked path (groups of >= 2^18
 # elements) and the per-channel spatial size is a multiple of 4096 (no masked tails), SGLang runs near the
 # two-read bound and this kernel's split path (also two reads) tied or lost by up to 5%: SGLang runs there.
-# Groups of <= 16 KB lost 10% on the 0.5 MB row: SGLang too. Everywhere else (SGLang's one-pass path with
-# 32 CTAs, tails) this kernel wins 1.08x to 6.3x. fp32 stays here: SGLang's single-pass variance is wrong
-# at large offsets.
+# c003: groups of <= 16 KB lost 10% on the 0.5 MB row and went to SGLang. c004: groups the register path
+# (path D, one launch, one barrier) can take -- 16-byte aligned x, spatial size a multiple of the 16-byte
+# vector (8 halves / 4 floats) -- stay here at every size; the other <= 16 KB groups still go to SGLang
+# (c003's routing). Everywhere else (SGLang's one-pass path with 32 CTAs, tails) this kernel wins 1.08x to
+# 6.3x. fp32 stays here: SGLang's single-pass variance is wrong at large offsets.
 _ROUTE_MIN_GROUP_BYTES = 16 * 1024
 _SGLANG_CHUNKED_GROUP_ELEMS = 2**18
 
 
+def _reg_path_eligible(x: torch.Tensor) -> bool:
+    """The kernel's path D can hold this x (mirrors plan_reg's layout conditions in gns_kernels.cu)."""
+    spatial = x.numel() // (x.shape[0] * x.shape[1])
+    return x.data_ptr() % 16 == 0 and spatial % (16 // x.element_size()) == 0
+
+
 def _wins(x: torch.Tensor, num_groups: int) -> bool:
+    if x.dtype == torch.float32:
+        return True
+    group_elems = (x.numel() // x.shape[0]) // num_groups
+    if group_elems * x.element_size() <= _ROUTE_MIN_GROUP_BYTES:
+        return _reg_path_eligible(x)
+    spatial = x.numel() // (x.shape[0] * x.shape[1])
+    return not (group_elems >= _SGLANG_CHUNKED_GROUP_ELEMS and spatial % 4096 == 0)
+
+
+def _wins_c003(x: torch.Tensor, num_groups: int) -> bool:
+    """c003's routing (dev sweeps: dev/sweep_small.py times c003 = this + force_path 5)."""
     if x.dtype == torch.float32:
         return True
     group_elems = (x.numel() // x.shape[0]) // num_groups
