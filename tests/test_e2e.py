@@ -331,3 +331,43 @@ def test_trace_names_only_the_families_whose_impl_ran() -> None:
             assert served(1) == "impl"
     assert ran == {"rotary_embedding"} and inner == {"rotary_embedding"}
     assert served(1) == "impl"  # no trace open: nothing recorded, nothing raised
+
+
+def test_every_exported_kernel_is_counted_in_its_family() -> None:
+    # The profile's family shares came from a hand-kept stem list that missed KDA's own kernels (c007's
+    # onepass_rms_kernel, the rotary `_ltx2_split_rope_kernel`, `_ln_select01_kernel`): the overlay-on share of a
+    # family read as 0 while its kernel ran. The names are now read from the exported impls.
+    from kda_kernels.registry import TARGETS
+    from kda_lab.e2e.kernels import classify, exported_kernel_names
+
+    promoted = {t.family for t in TARGETS
+                if any((REPO / "kda_kernels/diffusion" / t.family / "_impls").glob("*/KDA_EXPORT.json"))}
+    assert {"norm_infer", "rotary_embedding", "fuse_scale_shift", "group_norm_silu"} <= promoted
+    for family in promoted:
+        names = exported_kernel_names(family)
+        assert names, family
+        for n in names:
+            assert classify(n) == f"family:{family}", (family, n)
+    assert classify("void onepass_rms_kernel<__nv_bfloat16, false, 2>(Params)") == "family:norm_infer"
+    # helpers a kernel calls are inlined: they are not kernels, and a prefix of a name is not the name
+    assert "_load_vec" not in exported_kernel_names("norm_infer")
+    assert classify("x_onepass_rms_kernel_y") == "other"
+
+
+def test_the_ltx2_row_runs_split_rope_as_production_does() -> None:
+    # LTX2Config defaults to interleaved RoPE: the H200 row of 2026-11-27 ran no rotary kernel ("ran: none"),
+    # while the production rows it cites are split RoPE.
+    code = """
+import sys, json
+from kda_lab.e2e import runtime
+sys.path.insert(0, runtime.cpu_e2e_site())
+runtime.init_sglang("cpu")
+from kda_lab.e2e.models import build_ltx2
+built = build_ltx2("cpu", True, 1)
+print(json.dumps(sorted({str(getattr(m, "rope_type", None)) for m in built.module.modules()})))
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    types = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "split" in types and "interleaved" not in types, types

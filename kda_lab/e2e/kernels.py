@@ -1,18 +1,24 @@
 """Kernel names -> swap-target families (kda_kernels.registry) or GEMM / attention / conv / other.
 
 A family's kernels are the Triton kernels defined in its SGLang modules (found by reading SGLang's source:
-``@triton.jit`` functions) plus the name stems of the family's CUDA/CuTe kernels (``FAMILY_STEMS``: KDA's own
-exported kernels and SGLang's JIT ones, whose names are not ``def``s).
+``@triton.jit`` functions), the kernels of KDA's exported impls of the family (read from
+``kda_kernels/diffusion/<family>/_impls``: ``@triton.jit`` functions and CUDA ``__global__`` functions, so a new
+promotion is classified without a list to keep up to date), plus the name stems of SGLang's CUDA/CuTe JIT kernels
+(``FAMILY_STEMS``), whose names are not ``def``s.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from importlib.util import find_spec
 from pathlib import Path
 
+import kda_kernels
 from kda_kernels.registry import TARGETS
+
+_CUDA_GLOBAL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 FAMILY_STEMS: dict[str, tuple[str, ...]] = {
     "group_norm_silu": ("gns_", "group_norm_silu"),
@@ -34,11 +40,33 @@ def _jit_functions(module: str) -> list[str]:
     spec = find_spec(module)
     if spec is None or spec.origin is None:
         return []
+    return _jit_functions_in(Path(spec.origin))
+
+
+def _jit_functions_in(path: Path) -> list[str]:
     names = []
-    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) or "kernel" in ast.unparse(d)
                                                       for d in node.decorator_list):
             names.append(node.name.lower())
+    return names
+
+
+def exported_kernel_names(family: str) -> list[str]:
+    """The kernels of KDA's exported impls of ``family`` (every arch): Triton ``@jit`` defs and CUDA ``__global__``s."""
+    impls = Path(kda_kernels.__file__).parent / "diffusion" / family / "_impls"
+    files = sorted(impls.rglob("*")) if impls.is_dir() else []
+    py = [p for p in files if p.suffix == ".py"]
+    launched = "\n".join(p.read_text() for p in py)
+    names: list[str] = []
+    for path in py:
+        # A @jit def is a kernel when it is launched (`name[grid](...)`) or handed to a launcher (`launch(name, ...)`):
+        # used other than by a call. Called ones are inlined helpers whose names never reach the profiler and, as
+        # substrings, would claim other families' kernels.
+        names += [n for n in _jit_functions_in(path) if re.search(rf"\b{re.escape(n)}\b(?!\s*\()", launched)]
+    for path in files:
+        if path.suffix in (".cu", ".cuh"):
+            names += [n.lower() for n in _CUDA_GLOBAL.findall(path.read_text())]
     return names
 
 
@@ -52,9 +80,18 @@ def family_patterns() -> dict[str, tuple[str, ...]]:
     return {f: tuple(sorted(p)) for f, p in out.items()}
 
 
+@functools.cache
+def exported_kernels() -> dict[str, str]:
+    """{kernel name: family} for KDA's exported impls, matched as whole names (they can be generic, e.g. `_apply`)."""
+    return {n: t.family for t in TARGETS for n in exported_kernel_names(t.family)}
+
+
 def classify(kernel_name: str) -> str:
     """'family:<name>' for a swap target's kernel, else 'attention' | 'conv' | 'gemm' | 'other'."""
     low = kernel_name.lower()
+    for token in re.findall(r"[a-z0-9_]+", low):
+        if token in exported_kernels():
+            return f"family:{exported_kernels()[token]}"
     for family, pats in family_patterns().items():
         if any(p in low for p in pats):
             return f"family:{family}"

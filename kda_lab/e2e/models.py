@@ -223,6 +223,10 @@ def build_ltx2(device: str, tiny: bool, blocks: int | None) -> Built:
     else:
         arch = dict(num_layers=blocks or 48)
         frames, h, w, audio, text = 16, 16, 24, 126, 128
+    # LTX2Config defaults to interleaved RoPE; the production rows this row cites are split RoPE (the captured
+    # LTX-2 / LTX-2.3 calls of apply_ltx2_split_rotary_emb; SGLang's LTX-2.5 config also says SPLIT). Under the
+    # default the split kernel never runs and the row measures nothing of the rotary family.
+    arch["rope_type"] = "split"
     dtype = torch.bfloat16
     model, cfg = _dit("ltx_2:LTX2Config", "dits.ltx_2:LTX2VideoTransformer3DModel", arch, device, dtype, 11)
     ac = cfg.arch_config
