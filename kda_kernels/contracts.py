@@ -128,22 +128,31 @@ def _fake_group_norm_silu(x: Tensor, weight: Tensor, bias: Tensor, num_groups: i
     return torch.nn.functional.silu(torch.nn.functional.group_norm(x, num_groups, weight, bias, eps))
 
 
-def _canonical_group_norm_silu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """SGLang 0.5.23's Triton kernels index weight/bias as if contiguous (they read ``weight_ptr + c``): a strided
-    or broadcast [C] view (``torch.randn(2*C)[::2]``, ``w.expand(C)``) gives wrong values. The [C] vectors are
-    tiny, so the overlay hands every path (KDA impl or SGLang) contiguous copies."""
-    pos = list(args)
-    kw = kwargs
-    for i, name in ((1, "weight"), (2, "bias")):
-        if i < len(pos):
-            t = pos[i]
-            if isinstance(t, Tensor) and not t.is_contiguous():
-                pos[i] = t.contiguous()
-        else:
-            t = kw.get(name)
-            if isinstance(t, Tensor) and not t.is_contiguous():
-                kw = {**kw, name: t.contiguous()}
-    return tuple(pos), kw
+def _contiguous_params(*params: tuple[int, str]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
+    """A canonicalization that hands every path contiguous copies of these (position, name) tensor parameters."""
+    def canonical(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        pos = list(args)
+        kw = kwargs
+        for i, name in params:
+            if i < len(pos):
+                t = pos[i]
+                if isinstance(t, Tensor) and not t.is_contiguous():
+                    pos[i] = t.contiguous()
+            else:
+                t = kw.get(name)
+                if isinstance(t, Tensor) and not t.is_contiguous():
+                    kw = {**kw, name: t.contiguous()}
+        return tuple(pos), kw
+    return canonical
+
+
+# SGLang 0.5.23's Triton kernels index weight/bias as if contiguous (they read ``weight_ptr + c``): a strided or
+# broadcast [C] view (``torch.randn(2*C)[::2]``, ``w.expand(C)``) gives wrong values. The [C] vectors are tiny, so
+# the overlay hands every path (KDA impl or SGLang) contiguous copies.
+_canonical_group_norm_silu = _contiguous_params((1, "weight"), (2, "bias"))
+# The same in SGLang 0.5.23's one-pass RMSNorm (``rms_norm_tiled_onepass`` reads ``w_ptr + d_offset``): a strided
+# [D] weight gives wrong values (overlay fuzz, 2026-11-27); the KDA impls hand such a weight to SGLang.
+_canonical_one_pass_rms_norm = _contiguous_params((1, "w"))
 
 
 def _fake_none(*args: Any, **kwargs: Any) -> None:
@@ -260,7 +269,7 @@ def _c(fn: Callable[..., Any], fake: Callable[..., Any] | None, mutates: tuple[s
 CONTRACTS: dict[str, Contract] = {c.function: c for c in (
     _c(fused_inplace_qknorm_rope, _fake_none, ("q", "k")),
     _c(norm_infer, _fake_contig0, op_signature=_sig(_norm_infer_noout), out_signature=_sig(_norm_infer_out)),
-    _c(triton_one_pass_rms_norm, _fake_contig0),
+    _c(triton_one_pass_rms_norm, _fake_contig0, canonical=_canonical_one_pass_rms_norm),
     _c(triton_group_norm_silu, _fake_group_norm_silu, canonical=_canonical_group_norm_silu),
     _c(apply_group_norm_silu, None),
     _c(apply_rotary_embedding, _fake_like0),

@@ -7,10 +7,16 @@ For every swap target (kda_kernels.registry.TARGETS): ``cases(fn, device)`` yiel
 layouts SGLang accepts. The GroupNorm family (promoted) has hand-written cases: strided and broadcast views,
 storage offsets, channels_last, transposed x, mixed affine dtypes, empty tensors, one-element groups, the KDA
 impl's own sizes and SGLang's chunked path. Every other target derives its cases from its family's TEST_ROWS
-(kda_lab/families/<family>.py) with each tensor turned into a strided view and a storage-offset view. A
+(kda_lab/families/<family>.py): each row tagged "tiny" or "fuzz" (``FUZZ_TAGS``; "tiny" rows also run in the CPU
+Triton interpreter, "fuzz" marks small rows of families the interpreter cannot run: bf16-only or CuTe DSL
+kernels) as-is, plus its floating-point tensors turned into strided views and into storage-offset views. A
 promoted target without cases is a failure (``missing_cases``).
 
 ``compare(fn, args, overlay, sglang)`` runs both on private copies and measures each against the oracle.
+``sglang_refusal(fn, baseline, args)`` says whether SGLang raises on a case (probed on copies that keep strides);
+``opcheck_target(fn, args)`` names the ``kda::`` op (and its arguments) that ``torch.library.opcheck`` checks for a
+case: the mutating ``kda::<fn>_out`` for an out-kind call with ``out=``, nothing (None) for an optional-kind call
+outside SGLang's predicate (the public object hands those to SGLang; the op is never entered).
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOL = {"bfloat16": (1.6e-2, 8e-3), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
 Case = tuple[str, dict[str, Any]]
+FUZZ_TAGS = ("tiny", "fuzz")  # TEST_ROWS rows that become layout-fuzz cases
+# Families whose SGLang kernel assumes aligned data: their storage-offset views keep this many bytes of alignment
+# (SGLang's CuTe DSL norm_scale_shift kernels compile with assumed_align=32; its layers pass .contiguous()
+# tensors, so a misaligned view is outside the contract and could fault the GPU instead of raising).
+OFFSET_ALIGN_BYTES = {"norm_scale_shift": 32}
 
 
 def family_of(fn: str) -> str:
@@ -119,48 +130,94 @@ def _strided(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def _offset(t: torch.Tensor) -> torch.Tensor:
-    """The same values in a contiguous view 7 elements into its storage."""
-    flat = torch.empty(t.numel() + 7, dtype=t.dtype, device=t.device)
-    view = flat[7:].view(t.shape)
+def _offset(t: torch.Tensor, align_bytes: int = 0) -> torch.Tensor:
+    """The same values in a contiguous view 7 elements into its storage (``align_bytes`` into it, when the
+    family's kernel needs aligned data)."""
+    k = max(1, align_bytes // t.element_size()) if align_bytes else 7
+    flat = torch.empty(t.numel() + k, dtype=t.dtype, device=t.device)
+    view = flat[k:].view(t.shape)
     view.copy_(t)
     return view
 
 
-def _from_test_rows(fn: str, device: str) -> Iterator[Case]:
+def fuzz_rows(fn: str) -> list[dict[str, Any]]:
+    """The raw TEST_ROWS rows of ``fn`` tagged for the fuzz (``FUZZ_TAGS``); [] without any."""
     from kda_lab.families import family_module
+
+    rows = getattr(family_module(family_of(fn)), "TEST_ROWS", "")
+    if f'fn = "{fn}"' not in rows:
+        return []
+    return [raw for raw in tomllib.loads(rows)["workloads"]
+            if raw["fn"] == fn and any(t in FUZZ_TAGS for t in raw.get("tags", ()))]
+
+
+def _from_test_rows(fn: str, device: str, rows: list[dict[str, Any]], as_dtype: str | None) -> Iterator[Case]:
+    from functools import partial
+
     from kda_lab.measure.inputs import make_inputs
     from kda_lab.task.workloads import parse_workload
 
-    rows = getattr(family_module(family_of(fn)), "TEST_ROWS", None)
-    if not rows:
-        return
-    for raw in tomllib.loads(rows)["workloads"]:
-        if raw["fn"] != fn or "tiny" not in raw.get("tags", ()):
-            continue
+    offset = partial(_offset, align_bytes=OFFSET_ALIGN_BYTES.get(family_of(fn), 0))
+    for raw in rows:
         w = parse_workload(raw)
+        if as_dtype is not None:
+            w = w.with_dtype(as_dtype)
         base = make_inputs(w, device, seed=1)
         yield f"{w.name}/as_row", base
-        for tag, view in (("strided", _strided), ("offset", _offset)):
+        for tag, view in (("strided", _strided), ("offset", offset)):
             yield f"{w.name}/{tag}", {k: view(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                                       for k, v in base.items()}
 
 
-def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool) -> Iterator[Case] | None:
-    """Layout cases for ``fn``; None when there is no generator for it."""
+def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool,
+          as_dtype: str | None = None) -> Iterator[Case] | None:
+    """Layout cases for ``fn``; None when there is no generator for it (for a TEST_ROWS family: no row of ``fn``
+    tagged for the fuzz). TEST_ROWS rows keep their declared dtypes (``dtypes`` is GroupNorm's) unless
+    ``as_dtype`` names one for every floating-point tensor (CPU interpreter runs: "float32"/"float16")."""
     if fn == "triton_group_norm_silu":
         return _gns(device, dtypes, big)
     if fn == "apply_group_norm_silu":
         return _apply(_gns(device, dtypes, big))
-    from kda_lab.families import family_module
-
     try:
-        rows = getattr(family_module(family_of(fn)), "TEST_ROWS", "")
+        rows = fuzz_rows(fn)
     except Exception:  # noqa: BLE001 - a family without an oracle module yet
         return None
-    if f'fn = "{fn}"' not in rows:
+    if not rows:
         return None
-    return _from_test_rows(fn, device)
+    return _from_test_rows(fn, device, rows, as_dtype)
+
+
+def sglang_refusal(fn: str, baseline: Callable[..., Any], args: dict[str, Any]) -> str | None:
+    """Why SGLang's own function refuses this case (it raises), else None. Called on private copies that keep
+    every stride and storage offset (``Tensor.clone()`` would hand it contiguous tensors: a strided weight that
+    SGLang's ``norm_infer`` asserts against would pass the probe, and the op would then raise inside opcheck)."""
+    try:
+        with torch.no_grad():
+            baseline(**_private(args))
+    except Exception as e:  # noqa: BLE001 - an input SGLang itself refuses is not the op's to accept
+        return f"{type(e).__name__}: {e}"[:200]
+    return None
+
+
+def opcheck_target(fn: str, args: dict[str, Any]) -> tuple[Any, dict[str, Any]] | None:
+    """The ``kda::`` op overload that ``torch.library.opcheck`` checks for this case, and its arguments:
+    ``kda::<fn>``, or for an out-kind call with a tensor ``out=`` the mutating ``kda::<fn>_out`` (the plain op's
+    schema has no ``out``: ``kda_kernels.contracts``). None for an optional-kind call outside SGLang's predicate
+    (``kda_kernels.contracts.accepts_<fn>``): the public object returns SGLang's ``None`` there without entering
+    the op, whose body raises on a ``None``. Call after ``kda_kernels.install()`` (which registers the ops)."""
+    from kda_kernels.contracts import CONTRACTS
+    from kda_kernels.registry import target
+
+    t, c = target(fn), CONTRACTS[fn]
+    if t.kind == "optional" and c.accepts is not None and not c.accepts(**args):
+        return None
+    if t.kind == "out":
+        if isinstance(args.get("out"), torch.Tensor):
+            defaults = {k: p.default for k, p in c.signature.parameters.items() if p.default is not p.empty}
+            names = tuple(c.out_signature.parameters)  # type: ignore[union-attr]
+            return getattr(torch.ops.kda, f"{fn}_out").default, {n: args.get(n, defaults.get(n)) for n in names}
+        return getattr(torch.ops.kda, fn).default, {k: v for k, v in args.items() if k != "out"}
+    return getattr(torch.ops.kda, fn).default, args
 
 
 # -------------------------------------------------------------------------------------------- comparing

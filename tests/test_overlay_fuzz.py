@@ -66,3 +66,178 @@ def test_the_fuzz_takes_tolerances_from_the_task_of_the_gpus_arch():
         assert tol["source"] == f"kernels/{arch}_diffusion_group_norm_silu__multi_shape/task.toml", tol
         assert tol["float16"] == (2e-3, 2e-3)
     assert fz.tolerances("replicate_pad3d_none")["source"].startswith("default")
+
+
+LOAD_CASES = f"""
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import overlay_fuzz_cases as fz
+"""
+
+# The families whose layout cases come from TEST_ROWS rows tagged "tiny" or "fuzz" (kda_lab/families/<family>.py),
+# and what SGLang 0.5.23 does with CPU tensors: norm_infer's two functions have torch CPU fallbacks; the
+# bf16-native Z-Image norms return None off CUDA; the CuTe DSL adaLN norms cannot be imported without CUDA.
+NORM_FUNCTIONS = {
+    "norm_infer": "cpu_fallback", "triton_one_pass_rms_norm": "cpu_fallback",
+    "rmsnorm_scale": "none_on_cpu", "rmsnorm_tanh_residual": "none_on_cpu",
+    "fused_norm_scale_shift": "cuda_only", "fused_scale_residual_norm_scale_shift": "cuda_only",
+}
+
+
+def test_every_promoted_op_has_layout_cases_that_build_on_cpu():
+    """The CPU side of the GPU opcheck/fuzz tests' ``missing`` check: every promoted op (wrappers excluded, as
+    there) has layout cases; they build on CPU; for the norm families they meet the oracle and, where SGLang runs
+    on CPU, SGLang's own function."""
+    r = fx.run_py(None, [LOAD_CASES, f"NORM_FUNCTIONS = {sorted(NORM_FUNCTIONS)!r}", """
+    import kda_kernels
+    from kda_kernels.registry import TARGETS
+    from kda_lab.families import contract, family_module
+    st = kda_kernels.status()
+    promoted = [t.function for t in TARGETS if st[t.function]["promoted"] and t.kind != "wrapper"]
+    counts, missing, build_errors, norm = {}, [], {}, {}
+    for fn in promoted:
+        try:
+            gen = fz.cases(fn, "cpu", (torch.float32,), big=False)
+            if gen is None:
+                missing.append(fn)
+                continue
+            built = list(gen)
+        except Exception as e:
+            build_errors[fn] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        counts[fn] = len(built)
+        if fn not in NORM_FUNCTIONS:
+            continue
+        family = fz.family_of(fn)
+        tol = fz.tolerances(family)
+        try:
+            base = kda_kernels.baseline(fn)
+        except Exception as e:  # the CuTe DSL module needs CUDA to import
+            base, unavailable = None, f"{type(e).__name__}: {e}"[:200]
+        else:
+            unavailable = None
+        rows = []
+        for name, args in built:
+            if base is not None:
+                row = fz.compare(fn, name, args, base, base, tol)
+            else:
+                row = {"case": name}
+                try:
+                    contract(family, fn).oracle(fz._private(args))
+                except Exception as e:
+                    row["oracle_error"] = f"{type(e).__name__}: {e}"[:200]
+            if family == "norm_tanh_mul_add":
+                m = family_module(family)
+                other = args["scale"] if fn == "rmsnorm_scale" else args["gate"]
+                row["outside_predicate"] = m.accepts(args["x"], args["weight"], other, args.get("residual"))
+            rows.append(row)
+        norm[fn] = {"unavailable": unavailable, "rows": rows}
+    emit({"promoted": promoted, "counts": counts, "missing": missing, "build_errors": build_errors, "norm": norm})
+    """], timeout=600)
+    assert r["missing"] == [], f"promoted ops without layout cases (add TEST_ROWS rows tagged tiny/fuzz): {r['missing']}"
+    assert r["build_errors"] == {}, json.dumps(r["build_errors"], indent=1)
+    assert all(n > 0 for n in r["counts"].values()), r["counts"]
+    assert set(NORM_FUNCTIONS) <= set(r["promoted"]), r["promoted"]
+    print("cases per promoted op:", r["counts"])
+    for fn, how in NORM_FUNCTIONS.items():
+        got = r["norm"][fn]
+        names = [row["case"] for row in got["rows"]]
+        assert any(n.endswith("/as_row") for n in names) and any(n.endswith("/strided") for n in names), names
+        if how == "cpu_fallback":  # SGLang's torch CPU fallback runs every case and meets the oracle
+            assert got["unavailable"] is None, got["unavailable"]
+            bad = [row for row in got["rows"] if "oracle_error" in row or not row["sglang"].get("ok")]
+            assert bad == [], json.dumps(bad, indent=1)
+        elif how == "none_on_cpu":  # SGLang returns None off CUDA; the oracle refuses exactly what SGLang would
+            assert got["unavailable"] is None, got["unavailable"]
+            assert all(row["sglang"] == {"none": True} for row in got["rows"]), got["rows"]
+            mismatch = [row for row in got["rows"] if ("oracle_error" in row) != (row["outside_predicate"] is not None)]
+            assert mismatch == [], json.dumps(mismatch, indent=1)
+            assert all(row["outside_predicate"] is None for row in got["rows"] if row["case"].endswith("/as_row"))
+        else:  # CuTe DSL: not importable on a CPU host; the cases build and the oracle takes every one
+            assert got["unavailable"], "expected SGLang's CuTe DSL module to need CUDA on this host"
+            assert [row for row in got["rows"] if "oracle_error" in row] == []
+
+
+# SGLang 0.5.23's one-pass RMSNorm kernel loads ``w_ptr + d_offset`` whatever w's stride, so a strided [D] weight
+# view (the fuzz's "/strided" cases) gives wrong values; the promoted impl hands such weights to SGLang, so the
+# overlay was wrong there too until it canonicalized that weight like GroupNorm's
+# (kda_kernels.contracts._canonical_one_pass_rms_norm): SGLang must stay wrong there and the overlay right.
+ONE_PASS_STRIDED_W = "triton_one_pass_rms_norm", "/strided"
+
+INTERPRETED_NORM_INFER = """
+from kda_lab import interpret
+interpret.ensure_interpreter()
+interpret.install_shims()
+from kda_kernels.registry import target
+sg = {}
+for fn in ("norm_infer", "triton_one_pass_rms_norm"):
+    mod_name, _, name = target(fn).sglang.partition(":")
+    mod = importlib.import_module(mod_name)
+    sg[fn] = interpret.interpretable(mod_name, name)
+    mod.__dict__[name] = sg[fn]  # SGLang's Triton path for CPU tensors, before install
+import kda_kernels
+st = kda_kernels.install(strict=True, families=["norm_infer"])
+"""
+
+
+def test_norm_infer_layout_fuzz_in_the_interpreter():
+    """norm_infer / triton_one_pass_rms_norm over their layout cases (fp32 and fp16 copies of the tiny rows) in
+    Triton's interpreter: SGLang's Triton kernels against the promoted impl's Triton path (KDA_FORCE_ARCH=h200
+    routes CPU tensors to the h200 impl, which runs them under the interpreter), both against the fp64 oracle."""
+    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_NORM_INFER, """
+    from sglang.kernels.ops import diffusion as D
+    rows, info = [], {}
+    for fn in ("norm_infer", "triton_one_pass_rms_norm"):
+        overlay = getattr(D, fn)
+        info[fn] = {"installed": st[fn]["installed"], "forced_arch": st[fn]["forced_arch"],
+                    "baseline_is_interpreted": overlay.__kda_baseline__ is sg[fn]}
+        tol = fz.tolerances("norm_infer")
+        for dt in ("float32", "float16"):
+            for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype=dt):
+                row = fz.compare(fn, name, args, overlay, sg[fn], tol)
+                row["verdict"] = fz.verdict(row)
+                rows.append(row)
+    emit({"info": info, "rows": rows})
+    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": "h200"}, timeout=900)
+    for fn, i in r["info"].items():
+        assert i == {"installed": True, "forced_arch": "h200", "baseline_is_interpreted": True}, (fn, i)
+    fns = {row["fn"] for row in r["rows"]}
+    assert fns == {"norm_infer", "triton_one_pass_rms_norm"}, fns
+    assert any(row["case"].startswith("test_ln_out_padded_rows") for row in r["rows"])  # out= rows are in
+    known = [row for row in r["rows"] if (row["fn"], row["case"][-len("/strided"):]) == ONE_PASS_STRIDED_W]
+    bad = [row for row in r["rows"] if row["verdict"]]
+    assert bad == [], json.dumps(bad, indent=1)
+    # the upstream bug above reproduces (SGLang wrong on every strided-weight one-pass case), the overlay is right
+    assert known and all(row["sglang"].get("ok") is False for row in known), json.dumps(known, indent=1)
+    assert all(row["overlay"].get("ok") is True for row in known), json.dumps(known, indent=1)
+    wrong = sorted(f"{row['fn']}:{row['case']}" for row in r["rows"] if "ok" in row["sglang"] and not row["sglang"]["ok"])
+    print("SGLang wrong (interpreter):", wrong)
+
+
+def test_norm_infer_ops_pass_opcheck_in_the_interpreter():
+    """The GPU opcheck test's per-case logic on CPU, through overlay_fuzz_cases' helpers: SGLang's refusals are
+    probed on stride-keeping copies (sglang_refusal), out= calls check kda::norm_infer_out (opcheck_target)."""
+    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_NORM_INFER, """
+    checked, fails, refused = {}, {}, {}
+    for fn in ("norm_infer", "triton_one_pass_rms_norm"):
+        base = kda_kernels.baseline(fn)
+        for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype="float32"):
+            why = fz.sglang_refusal(fn, base, args)
+            if why is not None:
+                refused[f"{fn}/{name}"] = why
+                continue
+            op, op_args = fz.opcheck_target(fn, args)
+            with torch.no_grad():
+                try:
+                    torch.library.opcheck(op, (), op_args)
+                except Exception as e:
+                    fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:500]
+            checked.setdefault(str(op), []).append(name)
+    emit({"checked": checked, "fails": fails, "refused": refused})
+    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": "h200"}, timeout=900)
+    assert r["fails"] == {}, json.dumps(r["fails"], indent=1)
+    assert {"kda.norm_infer.default", "kda.norm_infer_out.default", "kda.triton_one_pass_rms_norm.default"} \
+        <= set(r["checked"]), r["checked"]
+    assert {n.split("/")[0] for n in r["checked"]["kda.norm_infer_out.default"]} == \
+        {"test_ln_out_padded_rows[float32]", "test_rms_out_fp32_from_bf16[float32]"}, r["checked"]
+    # SGLang asserts unit-stride weight/bias: the strided weight views are refused, not failed
+    assert any(k.startswith("norm_infer/test_ln_affine_tail") and k.endswith("/strided") for k in r["refused"]), r["refused"]

@@ -251,3 +251,302 @@ BYTE_MODELS = {
     "norm_infer": (("x", "weight", "bias"), ("x",)),
     "triton_one_pass_rms_norm": (("x", "w"), ("x",)),
 }
+
+
+# Test rows: what `kda new-task` writes into a new task folder of this family (kda_lab/task/stamp.py), the same
+# rows as kernels/{h200,b200}_diffusion_norm_infer__multi_shape/task.toml. Rows tagged "tiny" also run SGLang's
+# Triton kernels in the CPU Triton interpreter (fp32 and fp16 copies of the row) and are the overlay's layout-fuzz
+# cases (tests/overlay_fuzz_cases.py: each row as-is, plus strided and storage-offset views of its tensors).
+TEST_ROWS = """
+[[workloads]]
+name = "test_ln_affine_tail"
+fn = "norm_infer"
+kind = "test"
+source = "test: LayerNorm with weight and bias, N = 200 (a masked tail of the 256 block), 7 rows"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [7, 200], dtype = "bfloat16" }
+weight = { shape = [200], dtype = "bfloat16" }
+bias = { shape = [200], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_no_affine_odd_n"
+fn = "norm_infer"
+kind = "test"
+source = "test: LayerNorm without weight or bias, N = 97 (not a multiple of 8), fp16"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [5, 97], dtype = "float16" }
+weight = { none = true }
+bias = { none = true }
+eps = 1e-5
+is_rms_norm = false
+
+[[workloads]]
+name = "test_rms_fp32_weight"
+fn = "norm_infer"
+kind = "test"
+source = "test: RMSNorm (is_rms_norm) of bf16 rows with an fp32 weight and no bias, as LingBot-Video's site calls it; N = 130"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [9, 130], dtype = "bfloat16" }
+weight = { shape = [130], dtype = "float32" }
+bias = { none = true }
+eps = 1e-6
+is_rms_norm = true
+
+[[workloads]]
+name = "test_rms_weight_bias"
+fn = "norm_infer"
+kind = "test"
+source = "test: RMSNorm with weight and bias (the RMS branch adds the bias too)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [4, 64], dtype = "bfloat16" }
+weight = { shape = [64], dtype = "bfloat16" }
+bias = { shape = [64], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = true
+
+[[workloads]]
+name = "test_ln_offset_mean300"
+fn = "norm_infer"
+kind = "test"
+source = "test: fp32 rows of mean 300, std 1 (catches E[x^2]-mean^2 and low-precision accumulation)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [16, 3072], dtype = "float32", mean = 300.0 }
+weight = { shape = [3072], dtype = "float32" }
+bias = { shape = [3072], dtype = "float32" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_variance_near_eps"
+fn = "norm_infer"
+kind = "test"
+source = "test: std 1e-3 rows (variance ~ eps = 1e-6: catches a wrong or missing eps)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [8, 256], dtype = "float32", std = 1e-3 }
+weight = { none = true }
+bias = { none = true }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_constant_rows"
+fn = "norm_infer"
+kind = "test"
+source = "test: constant rows (variance exactly 0: y = bias)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [4, 512], dtype = "bfloat16", dist = "const", mean = 2.0 }
+weight = { shape = [512], dtype = "bfloat16" }
+bias = { shape = [512], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_rms_constant_rows"
+fn = "norm_infer"
+kind = "test"
+source = "test: constant negative rows under RMSNorm (y = -w * 0.5 / sqrt(0.25 + eps))"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [3, 320], dtype = "bfloat16", dist = "const", mean = -0.5 }
+weight = { shape = [320], dtype = "bfloat16" }
+bias = { none = true }
+eps = 1e-6
+is_rms_norm = true
+
+[[workloads]]
+name = "test_ln_strided_x"
+fn = "norm_infer"
+kind = "test"
+source = "test: x is a row-padded view (row stride 256 for N = 160, storage offset 5): the wrapper copies it"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [9, 160], dtype = "bfloat16", strides = [256, 1], offset = 5 }
+weight = { shape = [160], dtype = "bfloat16" }
+bias = { shape = [160], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_out_padded_rows"
+fn = "norm_infer"
+kind = "test"
+source = "test: out= a row-padded view (row stride 192 for N = 160): written through out's row stride, out returned"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [9, 160], dtype = "bfloat16" }
+weight = { shape = [160], dtype = "bfloat16" }
+bias = { shape = [160], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = false
+out = { shape = [9, 160], dtype = "bfloat16", strides = [192, 1], offset = 3 }
+
+[[workloads]]
+name = "test_rms_out_fp32_from_bf16"
+fn = "norm_infer"
+kind = "test"
+source = "test: out= an fp32 tensor for bf16 x: the result is stored in out's dtype"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [6, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "float32" }
+bias = { none = true }
+eps = 1e-6
+is_rms_norm = true
+out = { shape = [6, 256], dtype = "float32" }
+
+[[workloads]]
+name = "test_ln_one_column"
+fn = "norm_infer"
+kind = "test"
+source = "test: N = 1 (variance 0: y = bias)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [5, 1], dtype = "float32" }
+weight = { shape = [1], dtype = "float32" }
+bias = { shape = [1], dtype = "float32" }
+eps = 1e-5
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_widest_fp32"
+fn = "norm_infer"
+kind = "test"
+source = "test: N = 16384 fp32, the widest row SGLang's kernel takes in fp32 (64 KiB per row)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [2, 16384], dtype = "float32" }
+weight = { shape = [16384], dtype = "float32" }
+bias = { shape = [16384], dtype = "float32" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_ln_many_rows_bf16"
+fn = "norm_infer"
+kind = "test"
+source = "test: 1031 rows of N = 384 in bf16 (odd row count, N between powers of two)"
+[workloads.args]
+x = { shape = [1031, 384], dtype = "bfloat16" }
+weight = { shape = [384], dtype = "bfloat16" }
+bias = { shape = [384], dtype = "bfloat16" }
+eps = 1e-6
+is_rms_norm = false
+
+[[workloads]]
+name = "test_onepass_tail_rows"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: 37 rows of D = 128 (QK-norm head rows)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [37, 128], dtype = "bfloat16" }
+w = { shape = [128], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_odd_d"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: D = 72 (masked tail of the 128 block, not a power of two)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [19, 72], dtype = "bfloat16" }
+w = { shape = [72], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_3d_heads"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: x [tokens, heads, D] = [11, 2, 64]: rows are the flattened leading dims, the output keeps x's shape"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [11, 2, 64], dtype = "bfloat16" }
+w = { shape = [64], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_strided_q_view"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: x is the k slice of a packed qkv [24, 3*128] (row stride 384, offset 128): the wrapper copies it"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [24, 128], dtype = "bfloat16", strides = [384, 1], offset = 128 }
+w = { shape = [128], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_fp32_weight"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: bf16 x with an fp32 weight (fp32 math, bf16 output)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [16, 128], dtype = "bfloat16" }
+w = { shape = [128], dtype = "float32" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_constant_rows"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: constant rows"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [8, 128], dtype = "bfloat16", dist = "const", mean = 0.75 }
+w = { shape = [128], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_tiny_values"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: std 1e-4 rows (mean square 1e-8 << eps = 1e-6: y ~ x * 1000 * w; catches a wrong eps)"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [12, 128], dtype = "float32", std = 1e-4 }
+w = { shape = [128], dtype = "float32" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_offset_mean300"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: rows of mean 300, std 1"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [16, 128], dtype = "float32", mean = 300.0 }
+w = { shape = [128], dtype = "float32" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_seq_block_tail"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: 1029 rows: 2 rows per program (SEQ // 512 = 2), the last program half masked"
+tags = ["tiny"]
+[workloads.args]
+x = { shape = [1029, 128], dtype = "bfloat16" }
+w = { shape = [128], dtype = "bfloat16" }
+eps = 1e-6
+
+[[workloads]]
+name = "test_onepass_16_rows_per_program"
+fn = "triton_one_pass_rms_norm"
+kind = "test"
+source = "test: 8195 rows: 16 rows per program, a 3-row tail block"
+[workloads.args]
+x = { shape = [8195, 128], dtype = "bfloat16" }
+w = { shape = [128], dtype = "bfloat16" }
+eps = 1e-6
+"""

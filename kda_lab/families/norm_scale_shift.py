@@ -299,3 +299,336 @@ BYTE_MODELS = {
     "fused_scale_residual_norm_scale_shift": (
         ("residual", "x", "gate", "weight", "bias", "scale", "shift"), ("x", "x")),
 }
+
+
+# Test rows: what `kda new-task` writes into a new task folder of this family (kda_lab/task/stamp.py), the rows of
+# kernels/{h200,b200}_diffusion_norm_scale_shift__multi_shape/task.toml. CuTe DSL cannot run on CPU: these rows
+# run on the GPU only (no "tiny" tag). D % 256 == 0 throughout (the contract); modulation strides stay divisible
+# by D and 32-byte aligned like every tensor SGLang's layers pass. Rows tagged "fuzz" are the overlay's layout-fuzz
+# cases (tests/overlay_fuzz_cases.py: each row as-is, plus strided views, which SGLang refuses, and storage-offset
+# views kept 32-byte aligned): both functions, RMS / LayerNorm, with and without (fp32) affine, the bias the RMS
+# branch ignores, [1], [D], [B, D], [B, 1, D], [B, F, 1, D] and chunk-view modulation, gate None / scalar /
+# per-token, fp16, a batch-strided x.
+TEST_ROWS = """
+[[workloads]]
+name = "test_rms_weight_2d_mod"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: RMSNorm with a bf16 weight, batch 2, per-batch [B, D] scale/shift, 37 tokens"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [2, 37, 512], dtype = "bfloat16" }
+weight = { shape = [512], dtype = "bfloat16" }
+bias = { none = true }
+scale = { shape = [2, 512], dtype = "bfloat16" }
+shift = { shape = [2, 512], dtype = "bfloat16" }
+norm_type = "rms"
+eps = 1e-6
+
+[[workloads]]
+name = "test_rms_bias_ignored"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: RMSNorm given fp32 weight and bias: the RMS branch ignores the bias"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 16, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "float32" }
+bias = { shape = [256], dtype = "float32" }
+scale = { shape = [1, 1, 256], dtype = "bfloat16" }
+shift = { shape = [1, 1, 256], dtype = "bfloat16" }
+norm_type = "rms"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_affine_1d_mod"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: LayerNorm with bf16 weight and bias, 1-D [D] scale/shift, 19 tokens"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 19, 768], dtype = "bfloat16" }
+weight = { shape = [768], dtype = "bfloat16" }
+bias = { shape = [768], dtype = "bfloat16" }
+scale = { shape = [768], dtype = "bfloat16" }
+shift = { shape = [768], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_scalar_mod_fp32_affine"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: LayerNorm with fp32 weight and bias and scalar [1] bf16 scale/shift (Wan's cross-attention norm layout)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 23, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "float32" }
+bias = { shape = [256], dtype = "float32" }
+scale = { shape = [1], dtype = "bfloat16" }
+shift = { shape = [1], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_per_frame_4d"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: per-frame [B, F, 1, D] scale/shift (causal video), B = 2, F = 3, 8 tokens per frame"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [2, 24, 256], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [2, 3, 1, 256], dtype = "bfloat16" }
+shift = { shape = [2, 3, 1, 256], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_per_token_fp32_mod"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: per-token fp32 [1, S, D] scale/shift with bf16 x (Wan TI2V / Helios layout)"
+[workloads.args]
+x = { shape = [1, 40, 1024], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 40, 1024], dtype = "float32" }
+shift = { shape = [1, 40, 1024], dtype = "float32" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_chunk_view_mod"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: scale/shift are chunks 2 and 0 of a [1, 1, 6*512] modulation (strides [3072, 512, 1])"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 29, 512], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 1, 512], dtype = "bfloat16", strides = [3072, 512, 1], offset = 1024 }
+shift = { shape = [1, 1, 512], dtype = "bfloat16", strides = [3072, 512, 1] }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_fp16"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: fp16 throughout, batch 3, per-batch [B, 1, D] modulation"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [3, 33, 512], dtype = "float16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [3, 1, 512], dtype = "float16", std = 0.5 }
+shift = { shape = [3, 1, 512], dtype = "float16", std = 0.5 }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_fp32_offset_mean300"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: fp32 rows of mean 300, std 1 (catches E[x^2]-mean^2 and low-precision accumulation)"
+[workloads.args]
+x = { shape = [1, 16, 3072], dtype = "float32", mean = 300.0 }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 1, 3072], dtype = "float32" }
+shift = { shape = [1, 1, 3072], dtype = "float32" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_variance_near_eps"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: fp32 rows of std 1e-3 (variance ~ eps = 1e-6: catches a wrong or missing eps)"
+[workloads.args]
+x = { shape = [1, 8, 256], dtype = "float32", std = 1e-3 }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 256], dtype = "float32" }
+shift = { shape = [1, 256], dtype = "float32" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_constant_rows"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: constant rows (variance exactly 0: y = shift)"
+[workloads.args]
+x = { shape = [1, 4, 512], dtype = "bfloat16", dist = "const", mean = 2.0 }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 1, 512], dtype = "bfloat16" }
+shift = { shape = [1, 1, 512], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_d8192"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: D = 8192, the widest row SGLang's kernel takes"
+[workloads.args]
+x = { shape = [1, 3, 8192], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 8192], dtype = "bfloat16" }
+shift = { shape = [1, 8192], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_batch_strided_x"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: x is the first 16 of 32 tokens of each batch (batch stride 8192 for S*D = 4096)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [2, 16, 256], dtype = "bfloat16", strides = [8192, 256, 1] }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [2, 256], dtype = "bfloat16" }
+shift = { shape = [2, 256], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_ln_one_token"
+fn = "fused_norm_scale_shift"
+kind = "test"
+source = "test: a single token at Qwen-Image's width"
+[workloads.args]
+x = { shape = [1, 1, 3072], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 3072], dtype = "bfloat16" }
+shift = { shape = [1, 3072], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_rms_gate_2d"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: residual form, RMSNorm with a bf16 weight, per-batch [B, D] gate/scale/shift, batch 2"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [2, 21, 512], dtype = "bfloat16" }
+x = { shape = [2, 21, 512], dtype = "bfloat16" }
+gate = { shape = [2, 512], dtype = "bfloat16" }
+weight = { shape = [512], dtype = "bfloat16" }
+bias = { none = true }
+scale = { shape = [2, 512], dtype = "bfloat16" }
+shift = { shape = [2, 512], dtype = "bfloat16" }
+norm_type = "rms"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_gate_none"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: gate None (r = residual + x, as the cross-attention blocks call it), fp32 modulation"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [1, 27, 256], dtype = "bfloat16" }
+x = { shape = [1, 27, 256], dtype = "bfloat16" }
+gate = { none = true }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 1, 256], dtype = "float32" }
+shift = { shape = [1, 1, 256], dtype = "float32" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_gate_scalar"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: scalar [1] gate"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [1, 9, 512], dtype = "bfloat16" }
+x = { shape = [1, 9, 512], dtype = "bfloat16" }
+gate = { shape = [1], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 512], dtype = "bfloat16" }
+shift = { shape = [1, 512], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_per_frame_4d"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: per-frame [B, F, 1, D] gate, scale and shift, B = 2, F = 4"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [2, 32, 256], dtype = "bfloat16" }
+x = { shape = [2, 32, 256], dtype = "bfloat16" }
+gate = { shape = [2, 4, 1, 256], dtype = "bfloat16" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [2, 4, 1, 256], dtype = "bfloat16" }
+shift = { shape = [2, 4, 1, 256], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_fp32_offset"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: fp32, residual of mean 300 (r ~ 300 +- 1.4: catches single-pass variance)"
+[workloads.args]
+residual = { shape = [1, 16, 1024], dtype = "float32", mean = 300.0 }
+x = { shape = [1, 16, 1024], dtype = "float32" }
+gate = { shape = [1, 1, 1024], dtype = "float32" }
+weight = { none = true }
+bias = { none = true }
+scale = { shape = [1, 1, 1024], dtype = "float32" }
+shift = { shape = [1, 1, 1024], dtype = "float32" }
+norm_type = "layer"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_rms_fp16"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: fp16 throughout, RMSNorm with an fp16 weight"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [2, 17, 768], dtype = "float16" }
+x = { shape = [2, 17, 768], dtype = "float16" }
+gate = { shape = [2, 1, 768], dtype = "float16" }
+weight = { shape = [768], dtype = "float16" }
+bias = { none = true }
+scale = { shape = [2, 1, 768], dtype = "float16", std = 0.5 }
+shift = { shape = [2, 1, 768], dtype = "float16", std = 0.5 }
+norm_type = "rms"
+eps = 1e-6
+
+[[workloads]]
+name = "test_res_ln_affine_tok_gate"
+fn = "fused_scale_residual_norm_scale_shift"
+kind = "test"
+source = "test: per-token fp32 gate, fp32 weight and bias, scalar bf16 scale/shift (Wan TI2V's norm2 layout)"
+tags = ["fuzz"]
+[workloads.args]
+residual = { shape = [1, 24, 512], dtype = "bfloat16" }
+x = { shape = [1, 24, 512], dtype = "bfloat16" }
+gate = { shape = [1, 24, 512], dtype = "float32" }
+weight = { shape = [512], dtype = "float32" }
+bias = { shape = [512], dtype = "float32" }
+scale = { shape = [1], dtype = "bfloat16" }
+shift = { shape = [1], dtype = "bfloat16" }
+norm_type = "layer"
+eps = 1e-6
+"""

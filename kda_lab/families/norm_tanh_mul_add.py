@@ -192,3 +192,195 @@ BYTE_MODELS = {
 # residual times tanh(gate), which Liger's per-modulation-row shift cannot express. Neither QuACK nor FlashInfer
 # 0.7.2 has a tanh-gated or scale-only RMSNorm. (Both functions also keep Z-Image's bf16 roundings exactly.)
 PEERS: dict = {}
+
+
+# Test rows: what `kda new-task` writes into a new task folder of this family (kda_lab/task/stamp.py), the rows of
+# kernels/{h200,b200}_diffusion_norm_tanh_mul_add__multi_shape/task.toml. bf16 only (the contract); none is
+# "tiny": Triton 3.6's interpreter cannot run bf16 arithmetic, so these run on the GPU. Every row is inside
+# SGLang's acceptance predicate (the oracle asserts it). Rows tagged "fuzz" are the overlay's layout-fuzz cases
+# (tests/overlay_fuzz_cases.py: each row as-is, plus strided and storage-offset views of its tensors; the strided
+# views leave SGLang's predicate, where SGLang and the overlay must both return None): both functions, odd D and
+# D = 3 (which the promoted kernel hands to SGLang), 2-D x, per-batch / per-token / chunk-view modulation, padded
+# rows.
+TEST_ROWS = """
+[[workloads]]
+name = "test_scale_batch2_odd_d"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: batch 2 with a per-batch [B,1,D] scale, D = 200 (masked tail of the 256 block), 37 tokens"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [2, 37, 200], dtype = "bfloat16" }
+weight = { shape = [200], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [2, 1, 200], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_2d_x"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: 2-D x [13, 96] with a [1, 96] scale"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [13, 96], dtype = "bfloat16" }
+weight = { shape = [96], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 96], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_per_token"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: a per-token scale [1, L, D] (one modulation row per x row)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 33, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 33, 256], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_padded_x_rows"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: x is a column slice [1, 33, 320] of a [1, 33, 384] buffer (row stride 384, a flat row stride)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 33, 320], dtype = "bfloat16", strides = [12672, 384, 1] }
+weight = { shape = [320], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 1, 320], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_d8192"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: D = 8192, the widest row SGLang's kernel takes"
+[workloads.args]
+x = { shape = [1, 3, 8192], dtype = "bfloat16" }
+weight = { shape = [8192], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 1, 8192], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_d3"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: D = 3 (tiny rows)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 5, 3], dtype = "bfloat16" }
+weight = { shape = [3], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 1, 3], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_variance_near_eps"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: std 3e-3 rows (mean square ~ eps = 1e-5: catches a wrong or missing eps)"
+[workloads.args]
+x = { shape = [1, 16, 512], dtype = "bfloat16", std = 3e-3 }
+weight = { shape = [512], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 1, 512], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_scale_offset_mean300"
+fn = "rmsnorm_scale"
+kind = "test"
+source = "test: rows of mean 300, std 1 (large squares, x^2 ~ 9e4 in bf16)"
+[workloads.args]
+x = { shape = [1, 16, 3840], dtype = "bfloat16", mean = 300.0 }
+weight = { shape = [3840], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+scale = { shape = [1, 1, 3840], dtype = "bfloat16", mean = 1.0, std = 0.25 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_batch2_gate_chunk"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: batch 2, gate a chunk view of [2, 1, 4*256] (strides [1024, 1024, 1], offset 768 = gate_mlp)"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [2, 19, 256], dtype = "bfloat16" }
+gate = { shape = [2, 1, 256], dtype = "bfloat16", strides = [1024, 1024, 1], offset = 768 }
+residual = { shape = [2, 19, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_odd_d"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: D = 200, 29 tokens"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 29, 200], dtype = "bfloat16" }
+gate = { shape = [1, 1, 200], dtype = "bfloat16" }
+residual = { shape = [1, 29, 200], dtype = "bfloat16" }
+weight = { shape = [200], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_per_token_gate"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: a per-token gate [1, L, D]"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 17, 128], dtype = "bfloat16" }
+gate = { shape = [1, 17, 128], dtype = "bfloat16" }
+residual = { shape = [1, 17, 128], dtype = "bfloat16" }
+weight = { shape = [128], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_tiny_gate"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: gate std 1e-5 (SGLang's tanh formula 2/(1+exp(-2g))-1 loses tanh's bf16 bits there; the tolerance absorbs it)"
+[workloads.args]
+x = { shape = [1, 8, 256], dtype = "bfloat16" }
+gate = { shape = [1, 1, 256], dtype = "bfloat16", std = 1e-5 }
+residual = { shape = [1, 8, 256], dtype = "bfloat16" }
+weight = { shape = [256], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_constant_rows"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: constant x rows"
+[workloads.args]
+x = { shape = [1, 6, 384], dtype = "bfloat16", dist = "const", mean = 0.5 }
+gate = { shape = [1, 1, 384], dtype = "bfloat16" }
+residual = { shape = [1, 6, 384], dtype = "bfloat16" }
+weight = { shape = [384], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_padded_rows"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: x and residual are column slices with row strides 448 and 512 for D = 384"
+tags = ["fuzz"]
+[workloads.args]
+x = { shape = [1, 21, 384], dtype = "bfloat16", strides = [9408, 448, 1] }
+gate = { shape = [1, 1, 384], dtype = "bfloat16" }
+residual = { shape = [1, 21, 384], dtype = "bfloat16", strides = [10752, 512, 1], offset = 64 }
+weight = { shape = [384], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+
+[[workloads]]
+name = "test_tanh_one_token"
+fn = "rmsnorm_tanh_residual"
+kind = "test"
+source = "test: a single token at Z-Image's width"
+[workloads.args]
+x = { shape = [1, 1, 3840], dtype = "bfloat16" }
+gate = { shape = [1, 1, 3840], dtype = "bfloat16" }
+residual = { shape = [1, 1, 3840], dtype = "bfloat16" }
+weight = { shape = [3840], dtype = "bfloat16", mean = 1.0, std = 0.1 }
+eps = 1e-5
+"""
