@@ -1,4 +1,4 @@
-// c008: torch binding of the CUDA qknorm_rope kernel (qknorm_rope.cu).
+// c009: torch binding of the CUDA qknorm_rope kernel (qknorm_rope.cu).
 //
 // qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, head_dim, rope_dim, flags) -> bool
 //   describes the six tensors to the contract (qknorm_rope_contract.h: shapes, strides, dtypes, alignment, the
@@ -7,7 +7,8 @@
 //   launches on torch's current stream (nothing to do for N == 0 or no heads) and returns True.
 //   flags: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py): bits 4-5 pipe (0/1 the plain
 //   kernel, 2 the double-buffered one), bits 8-9 grid (0 plan, 1 one row per group, 2 half the resident CTAs),
-//   bit 12 launch_dependents at the start instead of the end.
+//   bit 12 launch_dependents at the start instead of the end, bit 13 take the call even where SGLang's kernel is
+//   faster (kernel_pays() false: calls of fewer than 65536 rows go to SGLang otherwise).
 // plan(...same arguments...) -> [pipe, rows per group, rows, blocks, CTAs per SM, step_head]
 //   for an in-contract call ([] otherwise): what qknorm_rope would launch.
 //
@@ -25,6 +26,9 @@
 #include "qknorm_rope_launch.h"
 
 namespace {
+
+constexpr int64_t kFlagForceKernel = int64_t{1} << 13;
+
 
 using kda_qkr::CallDesc;
 using kda_qkr::Decision;
@@ -124,8 +128,9 @@ bool qknorm_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& qw,
   const Decision d = decide_call(q, k, qw, kw, cache, pos, eps, head_dim, rope_dim, flags, &args);
   if (!d.ok) return false;
   if (d.empty) return true;
+  if (!(flags & kFlagForceKernel) && !kda_qkr::kernel_pays(q.size(0), q.size(1), k.size(1))) return false;
   const int err = kda_qkr::launch(d, args);
-  TORCH_CHECK(err == 0, "kda qknorm_rope (c008): launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  TORCH_CHECK(err == 0, "kda qknorm_rope (c009): launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   return true;
 }
 
@@ -137,13 +142,13 @@ std::vector<int64_t> plan(const at::Tensor& q, const at::Tensor& k, const at::Te
   if (!d.ok || d.empty) return {};
   std::vector<int64_t> out(6);
   const int err = kda_qkr::describe(d, args, out.data());
-  TORCH_CHECK(err == 0, "kda qknorm_rope (c008): plan failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  TORCH_CHECK(err == 0, "kda qknorm_rope (c009): plan failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   return out;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("qknorm_rope", &qknorm_rope, "fused in-place QK RMSNorm + RoPE (c008); False: outside the contract");
+  m.def("qknorm_rope", &qknorm_rope, "fused in-place QK RMSNorm + RoPE (c009); False: outside the contract or a call SGLang runs faster");
   m.def("plan", &plan, "the launch plan qknorm_rope would use (dev)");
 }

@@ -1,4 +1,4 @@
-// c007/c008: which calls the CUDA kernel takes (prompt.md K); everything else goes to SGLang's function.
+// c007-c009: which calls the CUDA kernel takes (prompt.md K); everything else goes to SGLang's function.
 //
 // Plain C++ (no CUDA, no torch): the torch binding (qknorm_rope_binding.cpp) describes a call's six tensors
 // here and launches only when decide() says ok; the CPU emulator (tests/emu) exposes the same function to the
@@ -54,6 +54,17 @@ inline bool rows_ok(const TensorDesc& t, int64_t d) {
   const int64_t span = h > 1 ? (h - 1) * sh + d : d;  // elements a token's rows cover
   if (n > 1 && (st < span || st % 8 != 0)) return false;
   return true;
+}
+
+// Which in-contract calls the kernel should take (speed, not correctness). H200, 2026-11-27 (c008, bench run
+// 20261127-110033-3ff0a0): calls of >= 196608 rows (N x (Hq + Hk)) ran 0.998-1.034x of SGLang's kernel at 0.95-0.96
+// of the same-size copy, calls of <= 9360 rows 0.955-0.969x: a group's first row guesses its token and pays one
+// more dependent round trip when the guess misses, which launches one or two rounds long cannot hide. Smaller
+// calls go to SGLang (the binding returns False); the dev knobs force the kernel.
+constexpr int64_t kMinKernelRows = int64_t{1} << 16;
+
+inline bool kernel_pays(int64_t n_tokens, int64_t q_heads, int64_t k_heads) {
+  return n_tokens * (q_heads + k_heads) >= kMinKernelRows;
 }
 
 inline Decision decide(const CallDesc& c) {

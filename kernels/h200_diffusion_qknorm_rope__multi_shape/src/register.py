@@ -1,4 +1,6 @@
-"""Candidate c008: fused in-place QK RMSNorm + RoPE as a CUDA kernel for the H200 (sm_90a).
+"""Candidate c009: fused in-place QK RMSNorm + RoPE as a CUDA kernel for the H200 (sm_90a): c008's kernel, taking
+only the calls of >= 65536 rows (N x (Hq + Hk)), where it beat SGLang on the H200; smaller calls go to SGLang
+(``kernel_pays`` in qknorm_rope_contract.h, measured reasons beside it).
 
 Sources: qknorm_rope_core.cuh (the per-thread code, its byte model and bound, the launch plan; shared with the CPU
 emulator of tests/emu), qknorm_rope.cu (kernels, PDL launch), qknorm_rope_contract.h (which calls the kernel
@@ -78,6 +80,7 @@ _ext_tried = False
 # flags of the binding's call: bit 0 is_neox, bit 1 cache_has_full_width; dev knobs (dev/sweep.py) above
 FLAG_NEOX, FLAG_FULL_WIDTH = 1, 2
 PIPE_SHIFT, GRID_SHIFT, FLAG_EARLY_TRIGGER = 4, 8, 1 << 12
+FLAG_FORCE_KERNEL = 1 << 13  # the dev knobs time the kernel on every call, small ones included
 
 
 def load_extension(verbose: bool = False) -> Any:
@@ -114,7 +117,7 @@ def fused_inplace_qknorm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.
 def _knob_flags(is_neox: bool, full_width: bool, pipe: int, grid: int, early_trigger: bool) -> int:
     assert pipe in (0, 1, 2) and grid in (0, 1, 2)
     return (int(is_neox) + FLAG_FULL_WIDTH * int(full_width) + (pipe << PIPE_SHIFT) + (grid << GRID_SHIFT)
-            + (FLAG_EARLY_TRIGGER if early_trigger else 0))
+            + (FLAG_EARLY_TRIGGER if early_trigger else 0) + FLAG_FORCE_KERNEL)
 
 
 def run_variant(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -128,7 +131,7 @@ def run_variant(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weig
     flags = _knob_flags(is_neox, cache_has_full_width, pipe, grid, early_trigger)
     if ext is None or not ext.qknorm_rope(q, k, q_weight, k_weight, cos_sin_cache, positions, eps, 0, rope_dim,
                                           flags):
-        raise ValueError("qknorm_rope c008: the call is outside the kernel's contract")
+        raise ValueError("qknorm_rope c009: the call is outside the kernel's contract")
 
 
 def launch_plan(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,

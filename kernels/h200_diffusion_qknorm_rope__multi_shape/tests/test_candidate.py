@@ -143,5 +143,5 @@ def test_import_builds_nothing_and_declares_the_sm90a_extension() -> None:
 
 
 def test_dev_knob_flags() -> None:
-    assert CAND._knob_flags(True, False, 2, 1, True) == 1 + (2 << 4) + (1 << 8) + (1 << 12)
-    assert CAND._knob_flags(False, True, 0, 0, False) == 2
+    assert CAND._knob_flags(True, False, 2, 1, True) == 1 + (2 << 4) + (1 << 8) + (1 << 12) + (1 << 13)
+    assert CAND._knob_flags(False, True, 0, 0, False) == 2 + (1 << 13)

@@ -125,3 +125,19 @@ def test_autograd_recording_goes_to_sglang() -> None:
     a["q"].requires_grad_(True)
     assert not E.decide(**a, grad_mode=True).ok
     assert E.decide(**a, grad_mode=False).ok  # under no_grad / inference_mode the flag alone does not matter
+
+
+def test_the_kernel_takes_the_production_calls_it_won_and_hands_back_the_rest() -> None:
+    """c009's size rule (kernel_pays) over task.toml's production rows: the H200 bench of c008 won every call of
+    >= 196608 rows and lost every call of <= 9360 rows; the rule sends exactly the winners to the kernel."""
+    import tomllib
+
+    won = {"qwen_T4096_H24_D128", "qwen_edit_T8424_H24_D128", "zimage_T4096_H30_D128", "zimage_T4128_H30_D128"}
+    rows = [w for w in tomllib.loads((Path(__file__).parents[1] / "task.toml").read_text())["workloads"]
+            if w["kind"] == "production"]
+    assert len(rows) == 9
+    for w in rows:
+        n, hq, _ = w["args"]["q"]["shape"]
+        hk = w["args"]["k"]["shape"][1]
+        assert E.kernel_pays(n, hq, hk) == (w["name"] in won), w["name"]
+    assert E.kernel_pays(1365, 24, 24) is False and E.kernel_pays(1366, 24, 24) is True  # 65520 / 65568 rows

@@ -88,6 +88,7 @@ def lib(variant: str = "") -> ctypes.CDLL:
         so = ctypes.CDLL(str(build(variant)))
         so.kda_qkr_emulate.argtypes = [ctypes.POINTER(EmuCall), ctypes.c_char_p, ctypes.c_int]
         so.kda_qkr_decide.argtypes = [ctypes.POINTER(CallDesc), ctypes.POINTER(Decision)]
+        so.kda_qkr_kernel_pays.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
         so.kda_qkr_plan.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32,
                                     ctypes.c_uint32, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
         so.kda_qkr_round.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
@@ -164,6 +165,11 @@ def decide(q: Any, k: Any, q_weight: Any, k_weight: Any, cos_sin_cache: Any, pos
     out = Decision()
     lib().kda_qkr_decide(ctypes.byref(c), ctypes.byref(out))
     return out
+
+
+def kernel_pays(n_tokens: int, q_heads: int, k_heads: int) -> bool:
+    """Whether the binding takes an in-contract call of this size (src/qknorm_rope_contract.h's kernel_pays)."""
+    return bool(lib().kda_qkr_kernel_pays(n_tokens, q_heads, k_heads))
 
 
 def plan(n_tokens: int, rows_per_token: int, head_dim: int, resident0: int, resident1: int, pipe_mode: int = 0,

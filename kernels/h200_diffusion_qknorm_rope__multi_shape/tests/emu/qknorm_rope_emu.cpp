@@ -363,6 +363,10 @@ int kda_qkr_decide(const CallDesc* c, Decision* out) {
   return out->ok;
 }
 
+int kda_qkr_kernel_pays(int64_t n_tokens, int64_t q_heads, int64_t k_heads) {
+  return kernel_pays(n_tokens, q_heads, k_heads);
+}
+
 void kda_qkr_plan(uint32_t n_tokens, uint32_t rows_per_token, int head_dim, uint32_t resident0, uint32_t resident1,
                   int pipe_mode, int grid_mode, uint32_t* out) {
   const Plan p = make_plan(n_tokens, rows_per_token, head_dim, resident0, resident1, pipe_mode, grid_mode);
