@@ -430,15 +430,21 @@ def _install_one(t: SwapTarget, forced: str | None, problems: list[str], scope: 
         problems.append("SGLang's baseline kept")
         return None
     try:
-        baseline = _capture_baseline(t)
-    except ModuleNotFoundError as e:
-        if e.name and e.name.split(".")[0] not in ("sglang", "kda_kernels"):
-            _UNAVAILABLE[t.function] = (f"SGLang's {t.sglang} does not import here ({type(e).__name__}: {e}): "
-                                        f"nothing to swap, SGLang's own call fails the same way")
-        else:
+        importlib.import_module(t.module)
+    except Exception as e:  # noqa: BLE001
+        if isinstance(e, ModuleNotFoundError) and (not e.name or e.name.split(".")[0] in ("sglang", "kda_kernels")):
+            # SGLang's own module path is missing: another SGLang layout, a lab problem to report
             problems.append(f"cannot import SGLang's baseline {t.sglang}: {type(e).__name__}: {e}; "
                             f"SGLang's baseline kept")
+        else:
+            # The module exists but does not import on this host: a missing third-party dependency, or a module
+            # that asks the device at import (SGLang's norm_triton reads the GPU's properties; on a CPU host it
+            # raises AttributeError). SGLang's own call fails the same way: nothing to swap, nothing to warn.
+            _UNAVAILABLE[t.function] = (f"SGLang's {t.sglang} does not import here ({type(e).__name__}: {e}): "
+                                        f"nothing to swap, SGLang's own call fails the same way")
         return None
+    try:
+        baseline = _capture_baseline(t)
     except Exception as e:  # noqa: BLE001
         problems.append(f"cannot import SGLang's baseline {t.sglang}: {type(e).__name__}: {e}; SGLang's baseline kept")
         return None

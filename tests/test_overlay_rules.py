@@ -348,3 +348,38 @@ def test_a_sglang_module_that_cannot_import_here_is_unavailable_not_a_problem():
         emit({"raised": str(e)})
     """)
     assert missing_sglang["raised"] and "cannot import SGLang's baseline" in missing_sglang["raised"], missing_sglang
+
+
+def test_a_sglang_module_that_raises_at_import_on_this_host_is_unavailable():
+    """SGLang's norm_triton asks the device module for its properties at import: on a CPU host that raises
+    AttributeError, so SGLang's own norm_infer cannot run here either. Promoted since 2026-11-27, it made CI's
+    install-timing check report a problem. A module that imports but lacks the function stays a problem."""
+    raises = fx.run_py(None, """
+    import torch
+    if not torch.cuda.is_available():  # undo the fixtures' CPU shim: this is the host SGLang's module meets
+        del torch.cpu.get_device_properties
+    import kda_kernels
+    st = kda_kernels.install(strict=True, families=["norm_infer"])
+    emit({"cuda": torch.cuda.is_available(),
+          **{f: {k: st[f][k] for k in ("installed", "unavailable", "problems")}
+             for f in ("norm_infer",)}})
+    """)
+    if raises.pop("cuda"):
+        pytest.skip("norm_triton imports on a CUDA host")
+    rec = raises["norm_infer"]
+    assert not rec["installed"] and rec["problems"] == [], rec
+    assert "does not import here" in rec["unavailable"] and "AttributeError" in rec["unavailable"], rec
+    no_function = fx.run_py(None, """
+    import importlib, sys, types
+    from kda_kernels.registry import target
+    mod = types.ModuleType(target("norm_infer").module)  # imports, but without SGLang's function
+    sys.modules[mod.__name__] = mod
+    import kda_kernels
+    from kda_kernels.overlay import KdaInstallError
+    try:
+        kda_kernels.install(strict=True, families=["norm_infer"])
+        emit({"raised": None})
+    except KdaInstallError as e:
+        emit({"raised": str(e)})
+    """)
+    assert no_function["raised"] and "has no attribute" in no_function["raised"], no_function
