@@ -155,6 +155,128 @@ _canonical_group_norm_silu = _contiguous_params((1, "weight"), (2, "bias"))
 _canonical_one_pass_rms_norm = _contiguous_params((1, "w"))
 
 
+# SGLang 0.5.23's ``apply_rotary_embedding`` kernel reads x[2i] and x[2i+1] at offsets 2i, 2i+1 whatever x's last
+# stride (its wrapper only checks that x.view(B*T, H, D) succeeds, and makes cos/sin contiguous itself): an x whose
+# last dim is not unit-stride (a dense permuted x, a ``[..., ::2]`` view) gives wrong values. Every path gets a
+# contiguous x (the promoted h200 impl does the same on its own path; this covers SGLang's fallback and other arches).
+def _canonical_rotary(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    x = args[0] if args else kwargs.get("x")
+    if isinstance(x, Tensor) and x.dim() and x.stride(-1) != 1 and x.size(-1) > 1:
+        if args:
+            return (x.contiguous(), *args[1:]), kwargs
+        return args, {**kwargs, "x": x.contiguous()}
+    return args, kwargs
+
+
+# SGLang 0.5.23's ``apply_ltx2_split_rotary_emb`` kernel indexes x (and its ``empty_like(x)`` output) as a
+# contiguous [B,S,H*D] tensor whatever x's strides, and cos/sin as unit-stride in their last dim (it honours their
+# other strides: LTX-2 passes transposed [B,H,S,D/2] views). Every path gets a contiguous x when x is not, and
+# contiguous cos/sin when their last dim is not unit-stride (LTX-2's own calls: x contiguous, cos/sin last stride 1,
+# nothing copied).
+def _canonical_ltx2(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    n = len(args)
+    try:
+        x, cos, sin = (args[0] if n > 0 else kwargs["x"], args[1] if n > 1 else kwargs["cos"],
+                       args[2] if n > 2 else kwargs["sin"])
+        if x.is_contiguous() and cos.stride(-1) == 1 and sin.stride(-1) == 1:
+            return args, kwargs  # the common path (LTX-2's calls)
+    except (AttributeError, IndexError, KeyError, RuntimeError, TypeError):
+        pass  # a non-tensor or a 0-d table: handled one by one below (SGLang raises on them)
+    pos = list(args)
+    kw = kwargs
+    for i, name in ((0, "x"), (1, "cos"), (2, "sin")):
+        t = pos[i] if i < n else kw.get(name)
+        if not isinstance(t, Tensor):
+            continue
+        if i == 0:
+            if t.is_contiguous():
+                continue
+        elif not (t.dim() and t.stride(-1) != 1 and t.size(-1) > 1):
+            continue
+        if i < n:
+            pos[i] = t.contiguous()
+        else:
+            kw = {**kw, name: t.contiguous()}
+    return tuple(pos), kw
+
+
+def _select01_operand(t: Any, rows: int) -> Any:
+    """``t`` ([B|1, C] modulation or [B|1, L] index) as SGLang 0.5.23's select01 wrappers read it right.
+
+    They pass ``t.contiguous()`` to the kernel with the strides of ``t`` itself (``scale0.contiguous(), ...,
+    scale0.stride(0), scale0.stride(1)``), for batch rows 0..rows-1. Right when t is contiguous with ``rows`` rows
+    (or rows == 1), or a broadcast view with batch stride 0 and last stride 1 (``t[:1].expand(B, -1)``). Otherwise
+    (a transposed or chunk view, a last-dim stride, a [1, C] row meant to broadcast over B > 1) SGLang reads wrong
+    elements, some past the end of its copy. Rewritten: a [1, *] row broadcast over B > 1 becomes a contiguous row
+    expanded (batch stride 0: SGLang reads row 0 for every b; the promoted impl reads batch stride 0), anything
+    else a contiguous copy."""
+    if not isinstance(t, Tensor) or t.dim() != 2:
+        return t  # SGLang raises its ValueError
+    if t.is_contiguous() and (rows <= 1 or t.shape[0] == rows):
+        return t  # the common path: one check
+    if (t.stride(1) == 1 or t.shape[1] <= 1) and (rows <= 1 or t.stride(0) == 0):
+        return t
+    if t.shape[0] == 1 and rows > 1:
+        return t.contiguous().expand(rows, t.shape[1])
+    return t.contiguous()
+
+
+def _canonical_select01(first_mod: int, names: tuple[str, ...]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The select01 canonicalization: ``names`` (scale0 .. gate1, index) from position ``first_mod`` on, each
+    through :func:`_select01_operand` with x's batch size. The common path (SGLang's layer: contiguous [B, *]
+    tensors) costs one ``is_contiguous()`` (and a batch-size compare when B > 1) per operand."""
+    slots = tuple(enumerate(names, start=first_mod))
+    last = first_mod + len(names)
+
+    def canonical(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        n = len(args)
+        if n >= last:
+            ts = args[first_mod:last]
+        elif n <= first_mod:  # SGLang's layer: x positional, the rest by keyword
+            ts = [kwargs.get(name) for name in names]
+        else:
+            ts = [args[i] if i < n else kwargs.get(name) for i, name in slots]
+        try:
+            rows = (args[0] if n else kwargs["x"]).shape[0]
+            for t in ts:
+                if not t.is_contiguous() or (rows > 1 and t.shape[0] != rows):
+                    break
+            else:
+                return args, kwargs
+        except (AttributeError, IndexError, KeyError, TypeError):
+            pass  # a non-tensor or a 0-d x: the slow path below leaves what SGLang refuses alone
+        x = args[0] if n else kwargs.get("x")
+        if not isinstance(x, Tensor) or x.dim() != 3:
+            return args, kwargs  # SGLang raises
+        rows = x.shape[0]
+        pos = list(args)
+        kw = kwargs
+        for (i, name), t in zip(slots, ts, strict=True):
+            u = _select01_operand(t, rows)
+            if u is t:
+                continue
+            if i < n:
+                pos[i] = u
+            else:
+                kw = {**kw, name: u}
+        return tuple(pos), kw
+    return canonical
+
+
+_SELECT01_OPERANDS = ("scale0", "shift0", "gate0", "scale1", "shift1", "gate1", "index")
+_canonical_select01_ln = _canonical_select01(3, _SELECT01_OPERANDS)
+_canonical_select01_residual = _canonical_select01(5, _SELECT01_OPERANDS)
+
+
+def _canonical_fake(fake: Callable[..., Any], canonical: Callable[..., Any]) -> Callable[..., Any]:
+    """A fake of what a canonicalized call returns: ``fake`` on the rewritten inputs (the layout follows the
+    rewritten x, e.g. contiguous where a permuted x was copied; SGLang's own layout there came with wrong values)."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        a, k = canonical(args, kwargs)
+        return fake(*a, **k)
+    return run
+
+
 def _fake_none(*args: Any, **kwargs: Any) -> None:
     return None
 
@@ -272,11 +394,12 @@ CONTRACTS: dict[str, Contract] = {c.function: c for c in (
     _c(triton_one_pass_rms_norm, _fake_contig0, canonical=_canonical_one_pass_rms_norm),
     _c(triton_group_norm_silu, _fake_group_norm_silu, canonical=_canonical_group_norm_silu),
     _c(apply_group_norm_silu, None),
-    _c(apply_rotary_embedding, _fake_like0),
-    _c(apply_ltx2_split_rotary_emb, _fake_like0),
+    _c(apply_rotary_embedding, _canonical_fake(_fake_like0, _canonical_rotary), canonical=_canonical_rotary),
+    _c(apply_ltx2_split_rotary_emb, _canonical_fake(_fake_like0, _canonical_ltx2), canonical=_canonical_ltx2),
     _c(fuse_scale_shift_kernel, _fake_like0),
-    _c(fuse_layernorm_scale_shift_gate_select01_kernel, _fake_select01),
-    _c(fuse_residual_layernorm_scale_shift_gate_select01_kernel, _fake_residual_select01),
+    _c(fuse_layernorm_scale_shift_gate_select01_kernel, _fake_select01, canonical=_canonical_select01_ln),
+    _c(fuse_residual_layernorm_scale_shift_gate_select01_kernel, _fake_residual_select01,
+       canonical=_canonical_select01_residual),
     _c(rmsnorm_scale, _fake_contig0, accepts=accepts_rmsnorm_scale),
     _c(rmsnorm_tanh_residual, _fake_contig0, accepts=accepts_rmsnorm_tanh_residual),
     _c(fused_norm_scale_shift, _fake_norm_scale_shift),

@@ -9,8 +9,10 @@ storage offsets, channels_last, transposed x, mixed affine dtypes, empty tensors
 impl's own sizes and SGLang's chunked path. Every other target derives its cases from its family's TEST_ROWS
 (kda_lab/families/<family>.py): each row tagged "tiny" or "fuzz" (``FUZZ_TAGS``; "tiny" rows also run in the CPU
 Triton interpreter, "fuzz" marks small rows of families the interpreter cannot run: bf16-only or CuTe DSL
-kernels) as-is, plus its floating-point tensors turned into strided views and into storage-offset views. A
-promoted target without cases is a failure (``missing_cases``).
+kernels) as-is, plus its floating-point tensors turned into strided views and into storage-offset views, plus
+for the rotary and select01 functions the hand-written layouts of ``LAYOUT_EXTRAS`` (one operand at a time:
+permuted dense x, row views, transposed/chunk/broadcast modulation rows and index; those that make SGLang read
+past its own copy run on CPU only). A promoted target without cases is a failure (``missing_cases``).
 
 ``compare(fn, args, overlay, sglang)`` runs both on private copies and measures each against the oracle.
 ``sglang_refusal(fn, baseline, args)`` says whether SGLang raises on a case (probed on copies that keep strides);
@@ -140,6 +142,87 @@ def _offset(t: torch.Tensor, align_bytes: int = 0) -> torch.Tensor:
     return view
 
 
+# ------------------------------------------------ hand-written layouts on top of a row (the derived cases miss them)
+
+def _dense_permuted(t: torch.Tensor, d0: int, d1: int) -> torch.Tensor:
+    """The same values, dense in memory, with dims d0 and d1 swapped in the storage order (not contiguous)."""
+    return t.transpose(d0, d1).contiguous().transpose(d0, d1)
+
+
+def _rows_view(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a view of the first columns of a wider tensor: last stride 1, rows padded (not dense)."""
+    wide = torch.empty(*t.shape[:-1], t.shape[-1] + 3, dtype=t.dtype, device=t.device)
+    view = wide[..., : t.shape[-1]]
+    view.copy_(t)
+    return view
+
+
+def _chunk_view(t: torch.Tensor) -> torch.Tensor:
+    """A [B, C] tensor as the middle chunk of a [B, 3C] one (``mod.chunk(3, dim=-1)``, as Qwen-Image's _modulate
+    slices its modulation before SGLang's layer makes the chunks contiguous): stride (3C, 1)."""
+    wide = torch.empty(t.shape[0], 3 * t.shape[1], dtype=t.dtype, device=t.device)
+    view = wide[:, t.shape[1]: 2 * t.shape[1]]
+    view.copy_(t)
+    return view
+
+
+# A case here is (tag, args, reads_past_its_copy). READS_PAST_ITS_COPY: SGLang 0.5.23's select01 wrappers pass
+# ``t.contiguous()`` to the kernel with the strides of ``t`` itself; where those strides reach further than the
+# dense copy (a [B, 3C] chunk view, a last-dim stride 2, a [1, C] row broadcast over B > 1) its kernel reads past
+# the end of the copy. Those cases run on CPU only (the interpreter reads neighbouring heap memory: wrong values);
+# on a GPU such a read is garbage or an illegal-address fault that would end the whole fuzz process.
+READS_PAST_ITS_COPY = True
+LayoutExtra = tuple[str, dict[str, Any], bool]
+
+
+def _rotary_extras(base: dict[str, Any]) -> Iterator[LayoutExtra]:
+    # x dense but its last dim not unit-stride: SGLang's x.view succeeds, its kernel reads x[2i], x[2i+1] as if
+    # the stride were 1 (and writes its empty_like(x) output, which keeps that layout, the same way)
+    yield "x_last_dim_permuted", {**base, "x": _dense_permuted(base["x"], -1, -2)}, False
+    # cos/sin transposed (SGLang makes them contiguous itself: right)
+    yield "cos_sin_transposed", {**base, "cos": _dense_permuted(base["cos"], 0, 1),
+                                 "sin": _dense_permuted(base["sin"], 0, 1)}, False
+
+
+def _ltx2_extras(base: dict[str, Any]) -> Iterator[LayoutExtra]:
+    # SGLang's kernel indexes x and its empty_like(x) output as contiguous [B,S,H*D], whatever x's strides
+    yield "x_rows_view", {**base, "x": _rows_view(base["x"])}, False
+    if base["x"].shape[0] > 1 and base["x"].shape[1] > 1:
+        yield "x_batch_permuted", {**base, "x": _dense_permuted(base["x"], 0, 1)}, False
+    # cos/sin with a non-unit last stride, x contiguous (the derived /strided case strides x as well)
+    yield "cos_sin_last_strided", {**base, "cos": _strided(base["cos"]), "sin": _strided(base["sin"])}, False
+
+
+_MODS = ("scale0", "shift0", "gate0", "scale1", "shift1", "gate1")
+
+
+def _select01_extras(base: dict[str, Any]) -> Iterator[LayoutExtra]:
+    b = base["x"].shape[0]
+    mods = {k: base[k] for k in _MODS}
+    yield "mods_transposed", {**base, **{k: _dense_permuted(v, 0, 1) for k, v in mods.items()}}, False
+    # the same with scale1 in another float dtype than scale0: outside the promoted impl's contract (one dtype per
+    # pair), so the impl hands the call to SGLang's kernel, which reads the transposed views wrong
+    other = torch.float16 if base["scale1"].dtype == torch.float32 else torch.float32
+    yield "mods_transposed_pair_dtypes", {**base, **{k: _dense_permuted(v, 0, 1) for k, v in mods.items()},
+                                          "scale1": _dense_permuted(base["scale1"].to(other), 0, 1)}, False
+    yield "index_transposed", {**base, "index": _dense_permuted(base["index"], 0, 1)}, False
+    yield "mods_chunk_views", {**base, **{k: _chunk_view(v) for k, v in mods.items()}}, b > 1
+    yield "mods_last_strided", {**base, **{k: _strided(v) for k, v in mods.items()}}, READS_PAST_ITS_COPY
+    yield "index_strided", {**base, "index": _strided(base["index"])}, READS_PAST_ITS_COPY
+    if b > 1:  # [1, C] rows / a [1, L] index broadcast over the batch (the oracle's broadcast, SGLang's reads)
+        yield "mods_batch_broadcast", {**base, **{k: v[:1].clone() for k, v in mods.items()}}, READS_PAST_ITS_COPY
+        yield "mods_batch_expanded", {**base, **{k: v[:1].expand(b, -1) for k, v in mods.items()}}, False
+        yield "index_batch_broadcast", {**base, "index": base["index"][:1].clone()}, READS_PAST_ITS_COPY
+
+
+LAYOUT_EXTRAS: dict[str, Callable[[dict[str, Any]], Iterator[LayoutExtra]]] = {
+    "apply_rotary_embedding": _rotary_extras,
+    "apply_ltx2_split_rotary_emb": _ltx2_extras,
+    "fuse_layernorm_scale_shift_gate_select01_kernel": _select01_extras,
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": _select01_extras,
+}
+
+
 def fuzz_rows(fn: str) -> list[dict[str, Any]]:
     """The raw TEST_ROWS rows of ``fn`` tagged for the fuzz (``FUZZ_TAGS``); [] without any."""
     from kda_lab.families import family_module
@@ -167,6 +250,12 @@ def _from_test_rows(fn: str, device: str, rows: list[dict[str, Any]], as_dtype: 
         for tag, view in (("strided", _strided), ("offset", offset)):
             yield f"{w.name}/{tag}", {k: view(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                                       for k, v in base.items()}
+        extra = LAYOUT_EXTRAS.get(fn)
+        if extra is not None:
+            for tag, args, past_copy in extra(base):
+                if past_copy and device != "cpu":
+                    continue  # see READS_PAST_ITS_COPY
+                yield f"{w.name}/{tag}", args
 
 
 def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool,
@@ -305,7 +394,10 @@ def verdict(row: dict[str, Any]) -> str | None:
         return "overlay returned None where SGLang returned a tensor"
     if not o["ok"]:
         return f"overlay max abs error {o['max_abs_err']} over tolerance"
-    if o["shapes"] != s["shapes"] or o["strides"] != s["strides"]:
+    # SGLang's layout is the contract where its values are right; where they are wrong the overlay computed on
+    # canonical inputs (kda_kernels.contracts: e.g. a contiguous copy of a permuted x), and its layout is what
+    # its fake describes (the opcheck tests check that), not the layout of SGLang's wrong answer
+    if o["shapes"] != s["shapes"] or (o["strides"] != s["strides"] and s.get("ok", True)):
         return f"overlay strides {o['strides']} != SGLang's {s['strides']}"
     return None
 

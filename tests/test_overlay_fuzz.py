@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 _spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
@@ -241,3 +243,122 @@ def test_norm_infer_ops_pass_opcheck_in_the_interpreter():
         {"test_ln_out_padded_rows[float32]", "test_rms_out_fp32_from_bf16[float32]"}, r["checked"]
     # SGLang asserts unit-stride weight/bias: the strided weight views are refused, not failed
     assert any(k.startswith("norm_infer/test_ln_affine_tail") and k.endswith("/strided") for k in r["refused"]), r["refused"]
+
+
+
+# ------------------------------------------------------------------ rotary embeddings and the select01 LayerNorm
+# SGLang 0.5.23 inputs these functions accept (no assert, no raise) and compute wrong, by case tag (the TEST_ROWS
+# rows' derived "/strided" views and overlay_fuzz_cases.LAYOUT_EXTRAS); docs/overlay.md has the table:
+# - apply_rotary_embedding: x's last dim not unit-stride (its kernel reads x[2i], x[2i+1] at offsets 2i, 2i+1);
+# - apply_ltx2_split_rotary_emb: x not contiguous (indexed as contiguous [B,S,H*D]), cos/sin last dim not unit-stride;
+# - the select01 pair: scale0..gate1/index passed as ``t.contiguous()`` with the strides of ``t`` itself (transposed
+#   or chunk views, last-dim strides, [1, C] rows / a [1, L] index broadcast over B > 1; some of those read past
+#   the end of the copy). SGLang's in-tree caller (fused_scale_shift_gate.py's layers) passes contiguous [B, *].
+SGLANG_WRONG_TAGS = {
+    "apply_rotary_embedding": {"strided", "x_last_dim_permuted"},
+    "apply_ltx2_split_rotary_emb": {"strided", "x_rows_view", "x_batch_permuted", "cos_sin_last_strided"},
+    "fuse_layernorm_scale_shift_gate_select01_kernel": {
+        "mods_transposed", "mods_transposed_pair_dtypes", "index_transposed", "mods_chunk_views",
+        "mods_last_strided", "index_strided", "mods_batch_broadcast", "index_batch_broadcast"},
+}
+SGLANG_WRONG_TAGS["fuse_residual_layernorm_scale_shift_gate_select01_kernel"] = \
+    SGLANG_WRONG_TAGS["fuse_layernorm_scale_shift_gate_select01_kernel"]
+
+INTERPRETED_ROTARY_SELECT01 = """
+from kda_lab import interpret
+interpret.ensure_interpreter()
+interpret.install_shims()
+from kda_kernels.registry import target
+FNS = ("apply_rotary_embedding", "apply_ltx2_split_rotary_emb", "fuse_layernorm_scale_shift_gate_select01_kernel",
+       "fuse_residual_layernorm_scale_shift_gate_select01_kernel")
+sg = {}
+for fn in FNS:
+    mod_name, _, name = target(fn).sglang.partition(":")
+    mod = importlib.import_module(mod_name)
+    sg[fn] = interpret.interpretable(mod_name, name)
+    mod.__dict__[name] = sg[fn]  # SGLang's Triton path for CPU tensors, before install
+import kda_kernels
+st = kda_kernels.install(strict=True, families=["rotary_embedding", "fuse_scale_shift"])
+"""
+
+
+def _sglang_wrong(row: dict) -> bool:  # overlay_fuzz_cases.sglang_wrong, on the subprocess's JSON rows
+    return "ok" in row["sglang"] and not row["sglang"]["ok"]
+
+
+@pytest.mark.parametrize("arch", ["h200", "baseline"])
+def test_rotary_and_select01_layout_fuzz_in_the_interpreter(arch):
+    """apply_rotary_embedding, apply_ltx2_split_rotary_emb and the select01 LayerNorm pair over their layout cases
+    (fp32 and fp16 copies of the tiny rows, plus the hand-written layouts) in Triton's interpreter, SGLang's Triton
+    kernels and the overlay both against the fp64 oracle. ``h200``: KDA_FORCE_ARCH routes CPU tensors to the
+    promoted h200 impls (SGLang's kernel for what they hand back); ``baseline``: the overlay's path on every other
+    device (the canonicalization in front of SGLang's own kernel). The residual select01 is not promoted: its
+    contract's canonicalization is put in front of SGLang's kernel by hand, as the overlay will once it is."""
+    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, """
+    from sglang.kernels.ops import diffusion as D
+    from kda_kernels.contracts import CONTRACTS
+    rows, info = [], {}
+    for fn in FNS:
+        overlay = getattr(D, fn)
+        promoted = st[fn]["installed"]
+        info[fn] = {"installed": promoted, "forced_arch": st[fn]["forced_arch"],
+                    "baseline_is_interpreted": (overlay.__kda_baseline__ if promoted else overlay) is sg[fn]}
+        if not promoted:
+            def overlay(*a, _sg=sg[fn], _c=CONTRACTS[fn].canonical, **k):
+                a, k = _c(a, k) if _c is not None else (a, k)
+                return _sg(*a, **k)
+        tol = fz.tolerances(fz.family_of(fn))
+        for dt in ("float32", "float16"):
+            for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype=dt):
+                row = fz.compare(fn, name, args, overlay, sg[fn], tol)
+                row["verdict"] = fz.verdict(row)
+                rows.append(row)
+    emit({"info": info, "rows": rows})
+    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": arch}, timeout=1200)
+    promoted = {"apply_rotary_embedding", "apply_ltx2_split_rotary_emb",
+                "fuse_layernorm_scale_shift_gate_select01_kernel"}
+    for fn, i in r["info"].items():
+        want = {"installed": fn in promoted, "forced_arch": arch if fn in promoted else None,
+                "baseline_is_interpreted": True}
+        assert i == want, (fn, i)
+    bad = [row for row in r["rows"] if row["verdict"]]
+    assert bad == [], json.dumps(bad, indent=1)
+    for fn, tags in SGLANG_WRONG_TAGS.items():
+        got = [row for row in r["rows"] if row["fn"] == fn]
+        assert len(got) > 10, (fn, len(got))
+        wrong = {row["case"].split("/")[-1] for row in got if _sglang_wrong(row)}
+        print(fn, "SGLang wrong (interpreter):", sorted(wrong))
+        assert wrong == tags, (fn, sorted(wrong))
+        # the overlay is right on every one of them (and everywhere else: no verdict above)
+        assert all(row["overlay"].get("ok") is True for row in got if _sglang_wrong(row))
+
+
+def test_rotary_and_select01_ops_pass_opcheck_in_the_interpreter():
+    """torch.library.opcheck of the three promoted ops over their fp32 layout cases (h200 impls in the interpreter):
+    the fakes describe what the canonicalized call returns (a contiguous output where a permuted x was copied,
+    where SGLang's own output kept x's layout with wrong values)."""
+    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, """
+    checked, fails, refused = {}, {}, {}
+    for fn in FNS[:3]:
+        base = kda_kernels.baseline(fn)
+        for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype="float32"):
+            why = fz.sglang_refusal(fn, base, args)
+            if why is not None:
+                refused[f"{fn}/{name}"] = why
+                continue
+            op, op_args = fz.opcheck_target(fn, args)
+            with torch.no_grad():
+                try:
+                    torch.library.opcheck(op, (), op_args)
+                except Exception as e:
+                    fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:500]
+            checked.setdefault(str(op), []).append(name)
+    emit({"checked": checked, "fails": fails, "refused": refused})
+    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": "h200"}, timeout=1200)
+    assert r["fails"] == {}, json.dumps(r["fails"], indent=1)
+    assert {"kda.apply_rotary_embedding.default", "kda.apply_ltx2_split_rotary_emb.default",
+            "kda.fuse_layernorm_scale_shift_gate_select01_kernel.default"} <= set(r["checked"]), r["checked"]
+    assert any(n.endswith("/x_last_dim_permuted") for n in r["checked"]["kda.apply_rotary_embedding.default"])
+    assert any(n.endswith("/x_batch_permuted") for n in r["checked"]["kda.apply_ltx2_split_rotary_emb.default"])
+    # SGLang asserts a contiguous x: the select01 "/strided" cases are refused, not failed
+    assert any(k.endswith("/strided") and "select01" in k for k in r["refused"]), r["refused"]
