@@ -11,7 +11,7 @@ them against the installed package.
 
 # No `from __future__ import annotations`: torch.library infers each schema from these annotations.
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,76 +128,62 @@ def _fake_group_norm_silu(x: Tensor, weight: Tensor, bias: Tensor, num_groups: i
     return torch.nn.functional.silu(torch.nn.functional.group_norm(x, num_groups, weight, bias, eps))
 
 
-def _contiguous_params(*params: tuple[int, str]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
-    """A canonicalization that hands every path contiguous copies of these (position, name) tensor parameters."""
+Rewrite = Callable[[Any], Any]  # an operand -> the same object when it is fine, else its replacement
+
+
+def _rewrite_args(args: tuple[Any, ...], kwargs: dict[str, Any],
+                  params: Iterable[tuple[int, str, Rewrite]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with each (position, name) operand passed through its rewrite; a rewrite that returns its
+    operand unchanged copies nothing (the common path)."""
+    pos: list[Any] | None = None
+    kw = kwargs
+    for i, name, rewrite in params:
+        positional = i < len(args)
+        t = args[i] if positional else kwargs.get(name)
+        u = rewrite(t)
+        if u is t:
+            continue
+        if positional:
+            pos = list(args) if pos is None else pos
+            pos[i] = u
+        else:
+            kw = {**kw, name: u}
+    return (args if pos is None else tuple(pos)), kw
+
+
+def _rewriting(*params: tuple[int, str, Rewrite]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
+    """A canonicalization: these (position, name) operands through their rewrites, for every path."""
     def canonical(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        pos = list(args)
-        kw = kwargs
-        for i, name in params:
-            if i < len(pos):
-                t = pos[i]
-                if isinstance(t, Tensor) and not t.is_contiguous():
-                    pos[i] = t.contiguous()
-            else:
-                t = kw.get(name)
-                if isinstance(t, Tensor) and not t.is_contiguous():
-                    kw = {**kw, name: t.contiguous()}
-        return tuple(pos), kw
+        return _rewrite_args(args, kwargs, params)
     return canonical
+
+
+def _contiguous(t: Any) -> Any:
+    return t.contiguous() if isinstance(t, Tensor) and not t.is_contiguous() else t
+
+
+def _unit_last_stride(t: Any) -> Any:
+    return t.contiguous() if isinstance(t, Tensor) and t.dim() and t.stride(-1) != 1 and t.size(-1) > 1 else t
 
 
 # SGLang 0.5.23's Triton kernels index weight/bias as if contiguous (they read ``weight_ptr + c``): a strided or
 # broadcast [C] view (``torch.randn(2*C)[::2]``, ``w.expand(C)``) gives wrong values. The [C] vectors are tiny, so
 # the overlay hands every path (KDA impl or SGLang) contiguous copies.
-_canonical_group_norm_silu = _contiguous_params((1, "weight"), (2, "bias"))
+_canonical_group_norm_silu = _rewriting((1, "weight", _contiguous), (2, "bias", _contiguous))
 # The same in SGLang 0.5.23's one-pass RMSNorm (``rms_norm_tiled_onepass`` reads ``w_ptr + d_offset``): a strided
 # [D] weight gives wrong values (overlay fuzz, 2026-11-27); the KDA impls hand such a weight to SGLang.
-_canonical_one_pass_rms_norm = _contiguous_params((1, "w"))
-
-
+_canonical_one_pass_rms_norm = _rewriting((1, "w", _contiguous))
 # SGLang 0.5.23's ``apply_rotary_embedding`` kernel reads x[2i] and x[2i+1] at offsets 2i, 2i+1 whatever x's last
 # stride (its wrapper only checks that x.view(B*T, H, D) succeeds, and makes cos/sin contiguous itself): an x whose
-# last dim is not unit-stride (a dense permuted x, a ``[..., ::2]`` view) gives wrong values. Every path gets a
-# contiguous x (the promoted h200 impl does the same on its own path; this covers SGLang's fallback and other arches).
-def _canonical_rotary(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    x = args[0] if args else kwargs.get("x")
-    if isinstance(x, Tensor) and x.dim() and x.stride(-1) != 1 and x.size(-1) > 1:
-        if args:
-            return (x.contiguous(), *args[1:]), kwargs
-        return args, {**kwargs, "x": x.contiguous()}
-    return args, kwargs
-
-
+# last dim is not unit-stride (a dense permuted x, a ``[..., ::2]`` view) gives wrong values. Every path gets an x
+# with a unit last stride (the promoted h200 impl does the same on its own path; this covers SGLang's fallback and
+# other arches).
+_canonical_rotary = _rewriting((0, "x", _unit_last_stride))
 # SGLang 0.5.23's ``apply_ltx2_split_rotary_emb`` kernel indexes x (and its ``empty_like(x)`` output) as a
 # contiguous [B,S,H*D] tensor whatever x's strides, and cos/sin as unit-stride in their last dim (it honours their
-# other strides: LTX-2 passes transposed [B,H,S,D/2] views). Every path gets a contiguous x when x is not, and
-# contiguous cos/sin when their last dim is not unit-stride (LTX-2's own calls: x contiguous, cos/sin last stride 1,
-# nothing copied).
-def _canonical_ltx2(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    n = len(args)
-    try:
-        x, cos, sin = (args[0] if n > 0 else kwargs["x"], args[1] if n > 1 else kwargs["cos"],
-                       args[2] if n > 2 else kwargs["sin"])
-        if x.is_contiguous() and cos.stride(-1) == 1 and sin.stride(-1) == 1:
-            return args, kwargs  # the common path (LTX-2's calls)
-    except (AttributeError, IndexError, KeyError, RuntimeError, TypeError):
-        pass  # a non-tensor or a 0-d table: handled one by one below (SGLang raises on them)
-    pos = list(args)
-    kw = kwargs
-    for i, name in ((0, "x"), (1, "cos"), (2, "sin")):
-        t = pos[i] if i < n else kw.get(name)
-        if not isinstance(t, Tensor):
-            continue
-        if i == 0:
-            if t.is_contiguous():
-                continue
-        elif not (t.dim() and t.stride(-1) != 1 and t.size(-1) > 1):
-            continue
-        if i < n:
-            pos[i] = t.contiguous()
-        else:
-            kw = {**kw, name: t.contiguous()}
-    return tuple(pos), kw
+# other strides: LTX-2 passes transposed [B,H,S,D/2] views). Every path gets a contiguous x, and cos/sin with a unit
+# last stride (LTX-2's own calls: nothing copied).
+_canonical_ltx2 = _rewriting((0, "x", _contiguous), (1, "cos", _unit_last_stride), (2, "sin", _unit_last_stride))
 
 
 def _select01_operand(t: Any, rows: int) -> Any:
@@ -223,43 +209,16 @@ def _select01_operand(t: Any, rows: int) -> Any:
 
 def _canonical_select01(first_mod: int, names: tuple[str, ...]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
     """The select01 canonicalization: ``names`` (scale0 .. gate1, index) from position ``first_mod`` on, each
-    through :func:`_select01_operand` with x's batch size. The common path (SGLang's layer: contiguous [B, *]
-    tensors) costs one ``is_contiguous()`` (and a batch-size compare when B > 1) per operand."""
+    through :func:`_select01_operand` with x's batch size (SGLang's layer: contiguous [B, *] tensors, nothing
+    copied)."""
     slots = tuple(enumerate(names, start=first_mod))
-    last = first_mod + len(names)
 
     def canonical(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        n = len(args)
-        if n >= last:
-            ts = args[first_mod:last]
-        elif n <= first_mod:  # SGLang's layer: x positional, the rest by keyword
-            ts = [kwargs.get(name) for name in names]
-        else:
-            ts = [args[i] if i < n else kwargs.get(name) for i, name in slots]
-        try:
-            rows = (args[0] if n else kwargs["x"]).shape[0]
-            for t in ts:
-                if not t.is_contiguous() or (rows > 1 and t.shape[0] != rows):
-                    break
-            else:
-                return args, kwargs
-        except (AttributeError, IndexError, KeyError, TypeError):
-            pass  # a non-tensor or a 0-d x: the slow path below leaves what SGLang refuses alone
-        x = args[0] if n else kwargs.get("x")
+        x = args[0] if args else kwargs.get("x")
         if not isinstance(x, Tensor) or x.dim() != 3:
             return args, kwargs  # SGLang raises
         rows = x.shape[0]
-        pos = list(args)
-        kw = kwargs
-        for (i, name), t in zip(slots, ts, strict=True):
-            u = _select01_operand(t, rows)
-            if u is t:
-                continue
-            if i < n:
-                pos[i] = u
-            else:
-                kw = {**kw, name: u}
-        return tuple(pos), kw
+        return _rewrite_args(args, kwargs, ((i, name, lambda t: _select01_operand(t, rows)) for i, name in slots))
     return canonical
 
 

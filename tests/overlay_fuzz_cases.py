@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +315,31 @@ def _private(args: dict[str, Any]) -> dict[str, Any]:
     from kda_lab.measure.inputs import clone_args
 
     return clone_args(args) if "norm" not in args else dict(args)
+
+
+def opcheck_cases(fn: str, baseline: Callable[..., Any], gen: Iterable[Case]
+                  ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, str]]:
+    """``torch.library.opcheck`` of ``fn``'s ``kda::`` op over the cases of ``gen``: ({op: [case names checked]},
+    {case: failure}, {case: why SGLang refuses it}). Grad disabled, as SGLang's diffusion models call these
+    (inference): with grad enabled the op, like SGLang's function, takes another valid path than under AOT
+    tracing, which opcheck reads as a mismatch. An input SGLang itself refuses is not the op's to accept."""
+    checked: dict[str, list[str]] = {}
+    fails: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for name, args in gen:
+        with torch.no_grad():
+            why = sglang_refusal(fn, baseline, args)  # probed on copies that keep strides/offsets
+            target = None if why is not None else opcheck_target(fn, args)
+            if target is None:
+                refused[f"{fn}/{name}"] = why or "outside SGLang's predicate (it returns None; no op call)"
+                continue
+            op, op_args = target
+            try:
+                torch.library.opcheck(op, (), op_args)
+            except Exception as e:  # noqa: BLE001 - every failure is reported, not the first
+                fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:700]
+            checked.setdefault(str(op), []).append(name)
+    return checked, fails, refused
 
 
 def _error(out: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...], dtype: str,

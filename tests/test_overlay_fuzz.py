@@ -221,19 +221,11 @@ def test_norm_infer_ops_pass_opcheck_in_the_interpreter():
     r = fx.run_py(None, [LOAD_CASES, INTERPRETED_NORM_INFER, """
     checked, fails, refused = {}, {}, {}
     for fn in ("norm_infer", "triton_one_pass_rms_norm"):
-        base = kda_kernels.baseline(fn)
-        for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype="float32"):
-            why = fz.sglang_refusal(fn, base, args)
-            if why is not None:
-                refused[f"{fn}/{name}"] = why
-                continue
-            op, op_args = fz.opcheck_target(fn, args)
-            with torch.no_grad():
-                try:
-                    torch.library.opcheck(op, (), op_args)
-                except Exception as e:
-                    fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:500]
-            checked.setdefault(str(op), []).append(name)
+        ops, op_fails, op_refused = fz.opcheck_cases(fn, kda_kernels.baseline(fn),
+                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"))
+        checked.update(ops)
+        fails.update(op_fails)
+        refused.update(op_refused)
     emit({"checked": checked, "fails": fails, "refused": refused})
     """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": "h200"}, timeout=900)
     assert r["fails"] == {}, json.dumps(r["fails"], indent=1)
@@ -340,19 +332,11 @@ def test_rotary_and_select01_ops_pass_opcheck_in_the_interpreter():
     r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, """
     checked, fails, refused = {}, {}, {}
     for fn in FNS[:3]:
-        base = kda_kernels.baseline(fn)
-        for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype="float32"):
-            why = fz.sglang_refusal(fn, base, args)
-            if why is not None:
-                refused[f"{fn}/{name}"] = why
-                continue
-            op, op_args = fz.opcheck_target(fn, args)
-            with torch.no_grad():
-                try:
-                    torch.library.opcheck(op, (), op_args)
-                except Exception as e:
-                    fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:500]
-            checked.setdefault(str(op), []).append(name)
+        ops, op_fails, op_refused = fz.opcheck_cases(fn, kda_kernels.baseline(fn),
+                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"))
+        checked.update(ops)
+        fails.update(op_fails)
+        refused.update(op_refused)
     emit({"checked": checked, "fails": fails, "refused": refused})
     """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": "h200"}, timeout=1200)
     assert r["fails"] == {}, json.dumps(r["fails"], indent=1)

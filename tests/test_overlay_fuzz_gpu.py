@@ -49,26 +49,10 @@ def test_every_promoted_op_passes_opcheck_on_the_gpu():
         if gen is None:
             missing.append(t.function)
             continue
-        base = kda_kernels.baseline(t.function)
-        n = 0
-        for name, args in gen:
-            # Grad disabled, as SGLang's diffusion models call these (inference). With grad enabled the op, like
-            # SGLang's function, takes another valid path than under AOT tracing, which opcheck reads as a mismatch.
-            with torch.no_grad():
-                why = fz.sglang_refusal(t.function, base, args)  # probed on copies that keep strides/offsets
-                if why is not None:  # an input SGLang itself refuses is not the op's to accept
-                    refused[f"{t.function}/{name}"] = why
-                    continue
-                target = fz.opcheck_target(t.function, args)  # kda::<fn>_out for out=; None: SGLang's None
-                if target is None:
-                    refused[f"{t.function}/{name}"] = "outside SGLang's predicate (it returns None; no op call)"
-                    continue
-                n += 1
-                try:
-                    torch.library.opcheck(target[0], (), target[1])
-                except Exception as e:
-                    fails[f"{t.function}/{name}"] = f"{type(e).__name__}: {e}"[:700]
-        checked[t.function] = n
+        ops, op_fails, op_refused = fz.opcheck_cases(t.function, kda_kernels.baseline(t.function), gen)
+        checked[t.function] = sum(len(v) for v in ops.values())
+        fails.update(op_fails)
+        refused.update(op_refused)
     emit({"checked": checked, "fails": fails, "missing": missing, "refused": refused,
           "cap": list(torch.cuda.get_device_capability()),
           "promoted": [k for k, v in st.items() if v["promoted"]]})

@@ -320,6 +320,19 @@ def test_install_timing_script_reports_a_clean_install():
     assert r["kda_kernels"] == str(fx.REPO / "kda_kernels" / "__init__.py")
 
 
+def _strict_install(setup: str, family: str) -> dict:
+    """A strict install of ``family`` after ``setup`` in a fresh interpreter: {"raised": its KdaInstallError or None}."""
+    return fx.run_py(None, [setup, f"""
+    import kda_kernels
+    from kda_kernels.overlay import KdaInstallError
+    try:
+        kda_kernels.install(strict=True, families=[{family!r}])
+        emit({{"raised": None}})
+    except KdaInstallError as e:
+        emit({{"raised": str(e)}})
+    """])
+
+
 def test_a_sglang_module_that_cannot_import_here_is_unavailable_not_a_problem():
     """A promoted family whose SGLang module needs a package this environment lacks (norm_scale_shift's CuTe DSL
     kernels need cuda-python) has nothing to swap: status() says so under ``unavailable`` and a strict install
@@ -337,16 +350,9 @@ def test_a_sglang_module_that_cannot_import_here_is_unavailable_not_a_problem():
         rec = missing_dep[fn]
         assert not rec["installed"] and rec["problems"] == [], rec
         assert "does not import here" in rec["unavailable"] and "'cuda'" in rec["unavailable"], rec
-    missing_sglang = fx.run_py(None, """
+    missing_sglang = _strict_install('''
     sys.modules["sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl"] = None
-    import kda_kernels
-    from kda_kernels.overlay import KdaInstallError
-    try:
-        kda_kernels.install(strict=True, families=["norm_scale_shift"])
-        emit({"raised": None})
-    except KdaInstallError as e:
-        emit({"raised": str(e)})
-    """)
+    ''', "norm_scale_shift")
     assert missing_sglang["raised"] and "cannot import SGLang's baseline" in missing_sglang["raised"], missing_sglang
 
 
@@ -369,17 +375,9 @@ def test_a_sglang_module_that_raises_at_import_on_this_host_is_unavailable():
     rec = raises["norm_infer"]
     assert not rec["installed"] and rec["problems"] == [], rec
     assert "does not import here" in rec["unavailable"] and "AttributeError" in rec["unavailable"], rec
-    no_function = fx.run_py(None, """
-    import importlib, sys, types
+    no_function = _strict_install('''
     from kda_kernels.registry import target
     mod = types.ModuleType(target("norm_infer").module)  # imports, but without SGLang's function
     sys.modules[mod.__name__] = mod
-    import kda_kernels
-    from kda_kernels.overlay import KdaInstallError
-    try:
-        kda_kernels.install(strict=True, families=["norm_infer"])
-        emit({"raised": None})
-    except KdaInstallError as e:
-        emit({"raised": str(e)})
-    """)
+    ''', "norm_infer")
     assert no_function["raised"] and "has no attribute" in no_function["raised"], no_function
