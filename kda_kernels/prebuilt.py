@@ -144,3 +144,50 @@ def _import_binary(name: str, path: Path) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
+
+
+# ------------------------------------------------------------------------------------------- an impl's host glue
+#
+# What an impl with a CUDA extension repeats around its Extension (norm_infer's c007 wrote it inline; the
+# norm_scale_shift c006 is the second user): the name's source hash, the rule that only the lab builds on a first
+# call, and a load-once handle its hot path reads as one attribute.
+
+
+def sources_hash(folder: str | Path, names: tuple[str, ...]) -> str:
+    """12 hex digits of sha256 over each file's name and bytes, in the order given: the part of an extension's
+    name that changes with its sources (a stale binary in the cache never loads for new sources)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode() + b"\0" + (Path(folder) / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def builds_on_first_use(module_name: str) -> bool:
+    """Whether an impl imported as ``module_name`` may compile its extension on its first CUDA call: the lab's
+    task-folder copy may; the exported copy (``kda_kernels.diffusion.<family>._impls.<arch>.register``) is serving
+    code, where a first call must never start nvcc."""
+    return not module_name.startswith("kda_kernels.")
+
+
+class OnFirstCall:
+    """The extension module an impl's hot path calls, loaded (in the lab: built) by its first CUDA call.
+
+    ``module`` is None until ``load()`` has run, and stays None where the binary is missing and this copy may not
+    build it (the impl's other path then serves every call). ``load()`` runs once: in the lab a failed build
+    raises there (a silent fallback would be measured as the candidate), and later calls find ``tried`` set."""
+
+    __slots__ = ("extension", "build", "module", "tried")
+
+    def __init__(self, extension: Extension, importer: str) -> None:
+        self.extension = extension
+        self.build = builds_on_first_use(importer)
+        self.module: ModuleType | None = None
+        self.tried = False
+
+    def load(self, verbose: bool = False) -> ModuleType | None:
+        if self.module is None and not self.tried:
+            self.tried = True
+            self.module = self.extension.module or self.extension.load(build=self.build, verbose=verbose)
+        return self.module

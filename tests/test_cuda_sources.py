@@ -6,6 +6,9 @@ cards give: ``nvcc -std=c++17 -O3 -gencode=arch=compute_XXa,code=sm_XXa -c file.
 file's folder, the task's ``src/`` and torch's headers). Two self-tests prove the check itself: a small valid
 kernel compiles for both architectures and a deliberately broken one is rejected.
 
+A source that carries the line ``// kda: no-spills`` promises a spill-free build: the same compile runs with
+``-Xptxas -v`` and every kernel in it must report 0 bytes of spill stores and loads.
+
 nvcc is part of the CPU test environment: without it these tests fail, unless ``KDA_ALLOW_NO_NVCC=1`` (then
 they skip, and say why).
 """
@@ -24,6 +27,7 @@ KERNELS = REPO / "kernels"
 ARCH_GENCODE = {"h200": "90a", "b200": "100a"}
 SKIP_PARTS = {"build", "__pycache__", ".ruff_cache"}
 NVCC_TIMEOUT_S = 600
+NO_SPILLS_MARK = "// kda: no-spills"
 
 
 def task_cuda_sources(kernels: Path = KERNELS) -> list[Path]:
@@ -69,7 +73,7 @@ def _torch_includes() -> list[str]:
 def compile_cu(cu: Path, arch: str, out_dir: Path, extra_includes: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     sm = ARCH_GENCODE[arch]
     includes = [cu.parent, *extra_includes]
-    cmd = [nvcc(), "-std=c++17", "-O3", f"-gencode=arch=compute_{sm},code=sm_{sm}",
+    cmd = [nvcc(), "-std=c++17", "-O3", f"-gencode=arch=compute_{sm},code=sm_{sm}", "-Xptxas", "-v",
            *(f"-I{p}" for p in includes), *(f"-I{p}" for p in _torch_includes()),
            "-c", str(cu), "-o", str(out_dir / (cu.stem + f".sm_{sm}.o"))]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
@@ -91,6 +95,29 @@ def test_task_cuda_source_compiles(cu: Path, tmp_path: Path) -> None:
     res = compile_cu(cu, arch, tmp_path, extra_includes=(_task_src(cu),))
     assert res.returncode == 0, (f"{cu.relative_to(REPO)} does not compile for {arch} (sm_{ARCH_GENCODE[arch]}):\n"
                                  f"{' '.join(res.args)}\n{res.stdout}{res.stderr}")
+    if NO_SPILLS_MARK in cu.read_text():
+        spills = spilling_kernels(res.stdout + res.stderr)
+        assert not spills, f"{cu.relative_to(REPO)} promises no spills ({NO_SPILLS_MARK}); ptxas: {spills}"
+
+
+def spilling_kernels(ptxas_log: str) -> dict[str, str]:
+    """kernel -> its spill line, for every entry function of a ``-Xptxas -v`` log that spills."""
+    out = {}
+    for block in ptxas_log.split("Compiling entry function '")[1:]:
+        name = block.split("'", 1)[0]
+        for line in block.splitlines():
+            if "spill stores" in line and not line.strip().startswith("0 bytes stack frame, 0 bytes spill stores, "
+                                                                      "0 bytes spill loads"):
+                out[name] = line.strip()
+    return out
+
+
+def test_spill_check_reads_ptxas_logs() -> None:
+    log = ("ptxas info    : Compiling entry function '_Z1av' for 'sm_90a'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Compiling entry function '_Z1bv' for 'sm_90a'\n"
+           "    24 bytes stack frame, 32 bytes spill stores, 32 bytes spill loads\n")
+    assert spilling_kernels(log) == {"_Z1bv": "24 bytes stack frame, 32 bytes spill stores, 32 bytes spill loads"}
 
 
 GOOD_CU = r"""
