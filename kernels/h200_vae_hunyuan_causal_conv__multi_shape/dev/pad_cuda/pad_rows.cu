@@ -11,6 +11,7 @@
 // unaligned head and the tail are written element by element. DRAM sees 16-byte accesses on both sides, and
 // replicated source rows and planes (the causal time pad re-reads plane 0 twice) are issued close together,
 // so they hit L2.
+// kda: no-spills (tests/test_cuda_sources.py: every instantiation builds for sm_90a without spills)
 #include <cstdint>
 #include <cuda_runtime.h>
 

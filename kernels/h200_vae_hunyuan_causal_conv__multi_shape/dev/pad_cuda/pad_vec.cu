@@ -18,6 +18,7 @@
 //
 // Row arithmetic: the flat output index e of a vector's first element is < 2^40 here, so its row is found
 // with an fp64 reciprocal of Wo and one correction step (exact: the product's error is far below one row).
+// kda: no-spills (tests/test_cuda_sources.py: every instantiation builds for sm_90a without spills)
 #include <cstdint>
 #include <cuda_runtime.h>
 
