@@ -82,3 +82,33 @@ def test_rotation_exceeds_three_l2():
         n = rotation_count(w, l2)
         assert n >= 2
         assert n * set_bytes(w) > 3 * l2 or n == 1024
+
+
+def test_in_place_functions_get_private_input_sets_per_timed_impl():
+    """The shared sets of an in-place function let one side's writes move another's times on the H200 (qknorm
+    bias probe, 2026-11-27): each timed impl of a mutating contract gets its own clones; read-only ones share."""
+    from kda_lab.families import contract
+    from kda_lab.measure.run import impl_arg_sets
+
+    qk = load_task("h200_diffusion_qknorm_rope__multi_shape")
+    w = next(w for w in qk.workloads if w.kind == "test")
+    c = contract(qk.family, w.fn)
+    assert c.mutates == ("q", "k")
+    sets = [make_inputs(w, "cpu", s) for s in (1, 2)]
+    names = ["baseline", "candidate", "compile"]
+    per = impl_arg_sets(names, sets, c.mutates)
+    assert per["baseline"] is sets
+    for i in range(len(sets)):
+        ptrs = {per[n][i][m].data_ptr() for n in names for m in c.mutates}
+        assert len(ptrs) == len(names) * len(c.mutates)  # nobody writes another side's q or k
+        for n in names:
+            for k, v in sets[i].items():
+                if isinstance(v, torch.Tensor):
+                    got = per[n][i][k]
+                    assert torch.equal(got, v) and got.stride() == v.stride()
+    per["candidate"][0]["q"].zero_()
+    assert (per["baseline"][0]["q"] != 0).any() and (per["compile"][0]["q"] != 0).any()
+    fss = contract(TASK.family, ROWS["test_per_token_fp32_chunk_view"].fn)
+    assert not fss.mutates
+    shared = impl_arg_sets(names, sets, fss.mutates)
+    assert all(shared[n] is sets for n in names)

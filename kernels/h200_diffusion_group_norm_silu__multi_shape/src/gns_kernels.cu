@@ -45,17 +45,6 @@ constexpr int kRegAutoMaxCs = 8;
 constexpr int kRegAutoGrowCs = 4;
 constexpr int kForceRegPath = 4;
 constexpr int kForceC003Auto = 5;
-// c008 path E (gns_stream_kernel): auto routing sends every group larger than
-// kOnChipMaxGroupBytes that it can take (16-byte vectors, HW % VEC == 0) to it instead of path B
-// (c007 ran path B there, or SGLang for tail-free chunked fp16/bf16 groups, at 2R+1W).
-// force_path 6 forces it: force_cs = lag slack in tiles (0 auto = 3/4 of the resident slots,
-// -1 = every stats tile before the first apply tile); smem_cap bits 0-2 = L2 hint bits (with
-// smem_cap > 0; 8 = no hints), bits 4-7 = CTAs per SM (3 or 4; 0 = kStreamAutoMinB).
-// force_path 7 is c007's auto routing exactly (path D, then c003's routing), for A/B sweeps.
-constexpr int kForceStreamPath = 6;
-constexpr int kForceC007Auto = 7;
-constexpr int kStreamAutoMinB = 4;
-constexpr int kStreamDefaultHints = 7;  // v3 path C sweep: 7 best on the >= 214 MB rows
 
 struct Plan {
   int path = 0;      // 1 = cluster/on-chip, 2 = split stats + apply
@@ -71,8 +60,6 @@ struct Plan {
   int hints = 0;     // path 3: L2 eviction-hint bits
   int64_t zero_off = 0, zero_bytes = 0;  // path 3: counters to clear before the launch
   int reg_u = 0;     // path 4: vectors per thread (1, 2, 4, 8)
-  int minb = 0;      // path 6: CTAs per SM (template instance 3 or 4)
-  int64_t grid = 0;  // path 6: persistent CTAs
 };
 
 struct DevInfo {
@@ -296,58 +283,6 @@ bool plan_reg(int dev, int64_t dvec, int64_t total, bool uniform, int force_cs, 
   }
 }
 
-template <typename T, int MINB>
-int stream_blocks_per_sm(int dev) {
-  static int cached[kMaxDevices] = {0};
-  if (cached[dev] == 0) {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gns_stream_kernel<T, MINB>, kStreamThreads, 0) !=
-        cudaSuccess) {
-      cudaGetLastError();  // clear
-      n = 0;
-    }
-    cached[dev] = n + 1;
-  }
-  return cached[dev] - 1;
-}
-
-// Path E plan (see gns_stream_kernel).  Returns false where the kernel cannot take the group.
-template <typename T, int VEC>
-bool plan_stream(int dev, int64_t dvec, int64_t total, bool uniform, int slack_req, int knobs,
-                 Plan* p) {
-  if constexpr (sizeof(T) * VEC != 16) {
-    return false;
-  } else {
-    if (!uniform || dvec <= 0) return false;
-    const int64_t tile = (int64_t)kStreamThreads * kStreamU;
-    const int64_t P = cdiv(dvec, tile);
-    const int64_t NS = total * P;
-    int minb = knobs > 0 ? ((knobs >> 4) & 15) : 0;
-    if (minb == 0) minb = kStreamAutoMinB;
-    if (minb != 3 && minb != 4) return false;
-    const int per_sm = minb == 3 ? stream_blocks_per_sm<T, 3>(dev) : stream_blocks_per_sm<T, 4>(dev);
-    if (per_sm <= 0) return false;
-    int64_t grid = (int64_t)per_sm * dev_info(dev).sms;
-    if (grid > NS) grid = NS;
-    // 32-bit tickets: 2*NS items plus at most 2 tickets past the end per CTA
-    if (P > 0x7fffffff || 2 * NS + 2 * grid + 2 > 0xffffffffLL || total > 0x7fffffffLL) return false;
-    p->path = 6;
-    p->vec = VEC;
-    p->q = (int)P;
-    p->tiles = NS;
-    p->minb = minb;
-    p->grid = grid;
-    p->lp = sched::choose_lag(P, NS, grid, slack_req);
-    p->hints = knobs > 0 ? (knobs & 7) : kStreamDefaultHints;
-    const int64_t part_b = NS * (int64_t)sizeof(float4);
-    const int64_t fin_b = cdiv(total * (int64_t)sizeof(float2), 16) * 16;
-    p->zero_off = part_b + fin_b;
-    p->zero_bytes = 16 + cdiv(total * 4, 16) * 16;  // ticket (16 B slot) + per-group counts
-    p->ws_bytes = p->zero_off + p->zero_bytes;
-    return true;
-  }
-}
-
 template <typename T, int VEC>
 int make_plan(int dev, int64_t D, int64_t total, bool uniform, int force_path, int force_cs,
               int smem_cap, Plan* p) {
@@ -358,18 +293,9 @@ int make_plan(int dev, int64_t D, int64_t total, bool uniform, int force_path, i
   if (force_path == kForceRegPath) {
     return plan_reg<T, VEC>(dev, dvec, total, uniform, force_cs, smem_cap, p) ? 0 : kErrForced;
   }
-  if (force_path == kForceStreamPath) {
-    return plan_stream<T, VEC>(dev, dvec, total, uniform, force_cs, smem_cap, p) ? 0 : kErrForced;
-  }
-  const bool c008_auto = force_path == 0;
-  if (force_path == kForceC007Auto) force_path = 0;  // c007: path D, then c003's routing
   if (force_path == 0 && dvec * vbytes <= kRegAutoMaxGroupBytes &&
       plan_reg<T, VEC>(dev, dvec, total, uniform, 0, 0, p))
     return 0;  // c004: path D
-  // c008: path E for the groups no on-chip path holds (c003/c007: path B)
-  if (c008_auto && dvec * vbytes > kOnChipMaxGroupBytes &&
-      plan_stream<T, VEC>(dev, dvec, total, uniform, 0, 0, p))
-    return 0;
   if (force_path == kForceC003Auto) force_path = 0;  // c003's routing from here on
   int cap = smem_cap > 0 ? smem_cap : kDefaultSmemCap;
   const int hw_cap = di.smem_optin - static_smem_cluster<T, VEC>(dev) - 64;
@@ -514,40 +440,6 @@ int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t 
       }
     }
   }
-  if (p.path == 6) {
-    if constexpr (sizeof(T) * VEC != 16) {
-      return kErrArgs;
-    } else {
-      if (ws == nullptr || ws_bytes < p.ws_bytes) return kErrWorkspace;
-      char* base = static_cast<char*>(ws);
-      float4* part = reinterpret_cast<float4*>(base);
-      float2* fin = reinterpret_cast<float2*>(base + p.tiles * (int64_t)sizeof(float4));
-      uint32_t* ticket = reinterpret_cast<uint32_t*>(base + p.zero_off);
-      uint32_t* cnt = reinterpret_cast<uint32_t*>(base + p.zero_off + 16);
-      // the counters are cleared by a memset node on the same stream: graph-capturable
-      cudaError_t e = cudaMemsetAsync(base + p.zero_off, 0, (size_t)p.zero_bytes, stream);
-      if (e != cudaSuccess) return (int)e;
-      StreamArgs sa;
-      sa.D = D;
-      sa.NS = p.tiles;
-      sa.LP = p.lp;
-      sa.G = (int)G;
-      sa.Cg = (int)Cg;
-      sa.P = p.q;
-      sa.hints = p.hints;
-      sa.hw_div = hw;
-      sa.eps = eps;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3((unsigned)p.grid, 1, 1);
-      cfg.blockDim = dim3(kStreamThreads, 1, 1);
-      cfg.stream = stream;
-      if (p.minb == 3)
-        return (int)cudaLaunchKernelEx(&cfg, gns_stream_kernel<T, 3>, xp, wp, bp, yp, sa, part, fin,
-                                       cnt, ticket);
-      return (int)cudaLaunchKernelEx(&cfg, gns_stream_kernel<T, 4>, xp, wp, bp, yp, sa, part, fin,
-                                     cnt, ticket);
-    }
-  }
   if (p.path == 1) {
     cudaError_t e = setup_cluster_kernel<T, VEC>(dev);
     if (e != cudaSuccess) return (int)e;
@@ -682,19 +574,13 @@ int gns_forward(const void* x, const void* w, const void* b, void* y, void* ws, 
                        smem_cap, stream, nullptr, true, true);
 }
 
-// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem (path 4: U), q, tiles;
-// path 6: 6, vec, CTAs per SM, LP, grid, hints, P, NS.
+// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem (path 4: U), q, tiles.
 int gns_describe(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int force_path,
                  int force_cs, int smem_cap, int64_t* out8) {
   gns::Plan p;
   int rc = gns::dispatch(nullptr, nullptr, nullptr, nullptr, nullptr, 0, dtype, N, C, HW, G, 0.f,
                          force_path, force_cs, smem_cap, 0, &p, false, true);
   if (rc != 0) return rc;
-  if (p.path == 6) {
-    const int64_t d[8] = {6, p.vec, p.minb, p.lp, p.grid, p.hints, p.q, p.tiles};
-    for (int i = 0; i < 8; ++i) out8[i] = d[i];
-    return 0;
-  }
   out8[0] = p.path;
   out8[1] = p.vec;
   out8[2] = p.cs;

@@ -27,12 +27,8 @@
 //  D. gns_reg_kernel (c004) -- group held in registers by one CTA or one cluster (<= 32 KB per
 //     CTA), one launch, one barrier, affine loads issued with the x loads (byte model, bound and
 //     dependent chain next to the kernel).
-//  E. gns_stream_kernel (c008) -- persistent stats/apply stream: every tile is a stats item
-//     and, a fixed lag later, an apply item whose x re-read is served by L2; 3-4 CTAs per SM
-//     with the next item's loads in flight (byte model, bound, deadlock argument next to it).
-//  Auto routing (gns_kernels.cu): D for groups <= 128 KB it can hold (16-byte vectors,
-//  HW % VEC == 0); E for groups > 240 KB it can take (same conditions); otherwise c003's:
-//  C fused for groups <= 16 KB, A up to 240 KB, B above.  force_path 7 = c007's routing.
+//  Auto routing (gns_kernels.cu): D for every group <= 240 KB it can hold (16-byte vectors,
+//  HW % VEC == 0); otherwise c003's: C fused for groups <= 16 KB, A up to 240 KB, B above.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,8 +36,6 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <type_traits>
-
-#include "gns_sched.h"
 
 namespace gns {
 
@@ -131,9 +125,26 @@ __device__ __forceinline__ VecT<T, VEC> ldg_vec(const VecT<T, VEC>* p) {
   }
 }
 
-// Stat and stat_merge (Chan's merge) live in gns_sched.h, host-and-device, so the CPU model
-// (tests/stream_model.cpp) runs the same arithmetic (c007's formula, unchanged).
+// Chan/Welford partial: count, mean, sum of squared deviations from the mean.
+struct Stat {
+  float n;
+  float mean;
+  float m2;
+};
+
 __device__ __forceinline__ Stat stat_empty() { return Stat{0.f, 0.f, 0.f}; }
+
+// Chan et al. pairwise merge; exact for empty operands, no cancellation for offset data.
+__device__ __forceinline__ Stat stat_merge(Stat a, Stat b) {
+  const float n = a.n + b.n;
+  const float fb = (n > 0.f) ? __fdividef(b.n, n) : 0.f;  // ~2 ulp; n < 2^126
+  const float d = b.mean - a.mean;
+  Stat r;
+  r.n = n;
+  r.mean = fmaf(d, fb, a.mean);
+  r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
+  return r;
+}
 
 // Tree merge down to lane 0 (fixed order: identical result wherever the same inputs are merged).
 __device__ __forceinline__ Stat warp_merge_down(Stat s) {
@@ -1162,308 +1173,6 @@ gns_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     }
   }
   if (CS > 1) cluster_wait_acquire();  // peers may still read this CTA's s_part until here
-}
-
-
-// ---------------------------------------------------------------------------------------
-// Path E (c008): a persistent stats/apply stream with L2 reuse, for groups larger than path D
-// or a cluster's shared memory can hold (> 240 KB; the 16-1141 MB production rows).
-//
-// Structure.  grid = the resident CTA slots (3 or 4 CTAs of 256 threads per SM, <= 64/80
-// registers), each CTA loops over work items taken from one ticket counter.  An item is one
-// 16 KB tile of a group (256 threads x 4 x 16-byte vectors, coalesced per k), handed out
-// twice (gns_sched.h): as a STATS item (exact two-pass over the thread's 32 registers,
-// shifted by the group's first element K, warp tree, CTA tree -> partial (n, mean, M2) of the
-// tile) and, LP stats tickets later, as an APPLY item (wait for the group's (mean, rstd),
-// y = silu(fma(x - K, rstd*w_c, b_c - mean*rstd*w_c)), one rounding, 16-byte stores).
-// While a CTA computes item i it already has the loads of item i+1 in flight (register
-// double buffer, the loop is unrolled by two so the buffers swap roles without moves) and
-// the ticket of item i+2 in flight (one atomicAdd by thread 0, published through shared
-// memory by the one __syncthreads every item has).  That is the fix for path C, which ran
-// one tile per CTA at 2 CTAs/SM and was item-latency-bound (load -> reduce -> store, ~4 us a
-// round, ticket atomic ahead of the loads; notes.md v3).
-//
-// Statistics.  The last stats tile of a group to finish (atomic count per group) merges the
-// group's P partials in a FIXED order -- lane l of warp 0 takes partials l, l+32, l+64, ...
-// sequentially, then the fixed shfl-down tree -- so the result does not depend on which CTA
-// finishes last or on timing: bitwise deterministic.  It writes (mean_s, rstd) and bumps the
-// count from P to P+1 (release: __threadfence before the atomic).  An apply item issues its
-// w/b loads, then lane 0 of each warp spins on the count with ld.acquire and reads
-// (mean, rstd) with ld.cg, and broadcasts them by shfl: no block barrier in the wait.
-// Chan merges everywhere (fp32, K-shifted, no E[x^2]-mean^2): the offset rows keep c007's
-// accuracy.  The counters and the ticket are cleared by a cudaMemsetAsync node ahead of the
-// launch: graph-capturable, no host sync.
-//
-// Deadlock freedom, whatever order the block scheduler runs CTAs in (and however few of them
-// are resident): tickets are taken only by running CTAs, and each CTA processes its tickets
-// in increasing order.  An item waits only if it is an apply item, and only for stats items of
-// its own group, all of which have SMALLER tickets (LP >= P, gns_sched.h).  Take the smallest
-// unfinished ticket m: its holder has finished all its smaller tickets, so m is the item it is
-// processing; if m is a stats item it never waits; if m is an apply item, every ticket below m
-// is finished, including its group's stats tiles and the publication that the last of them
-// performs as part of finishing, so it does not wait either.  So m finishes; by induction every
-// ticket finishes.  The prefetched loads of a held ticket never block (x is read-only).
-//
-// Byte model (per call, N = numel, s = sizeof(T)): HBM reads N*s (stats) + the part of the apply
-// re-reads that misses L2, HBM writes N*s (y), w/b and the partials (16 B per 16 KB tile:
-// 0.1%) negligible.  L2 traffic: 2 N*s reads + N*s writes.  Between the stats read and the apply
-// re-read of a tile the stream reads LP tiles of x (kept: evict_last) and writes LP tiles of y
-// (evict_first), LP = P + 3R/4 (gns_sched.h): the x window is one group + 6.3 MB at R = 528 slots
-// (production: 0.5-17.8 MB groups -> 6.9-24 MB of x, + as much y marked evict_first), inside the
-// 60 MB L2.  Bound when the re-read hits: 1R + 1W at the HBM copy rate, 4.29 TB/s (sol 1.0);
-// other ceilings: L2 bandwidth (1.5x the copy's L2 traffic) and issue (~20 instructions and 2
-// MUFU per element: ~64% of the issue slots and ~51% of the MUFU pipe at copy rate, fp16).
-// If every re-read missed it would be the 2R + 1W bound of path B (sol 0.67).
-// Predictions per row class: docs/notes.md "c008".
-// ---------------------------------------------------------------------------------------
-constexpr int kStreamThreads = 256;
-constexpr int kStreamU = 4;  // 16-byte vectors per thread per tile: 16 KB tiles
-
-template <int U>
-struct StreamItem {
-  int kind;   // sched::kEnd / kStats / kApply
-  int gi;     // group (n*G + g)
-  int t;      // tile within the group
-  uint32_t Kb; // raw bits of the group's first element (the shift shared by all its tiles);
-               // widened only at use: a conversion right after the prefetch made the warp wait
-               // for that load before the current item's work (seen in the SASS)
-  uint4 r[U];  // raw 16-byte vectors (no repack between loads: the PRMT-after-LDG lesson)
-};
-
-// Raw bits of one element (no conversion: the load result is not touched until use).
-template <typename T>
-__device__ __forceinline__ uint32_t ldg_bits(const T* p) {
-  if constexpr (sizeof(T) == 4) {
-    return __ldg(reinterpret_cast<const unsigned int*>(p));
-  } else {
-    return (uint32_t)__ldg(reinterpret_cast<const unsigned short*>(p));
-  }
-}
-template <typename T>
-__device__ __forceinline__ float bits_to_f(uint32_t v) {
-  if constexpr (std::is_same<T, float>::value) {
-    return __uint_as_float(v);
-  } else if constexpr (std::is_same<T, __half>::value) {
-    return __half2float(__ushort_as_half((unsigned short)v));
-  } else {
-    return __uint_as_float(v << 16);
-  }
-}
-
-// Non-volatile asm may be sunk towards its first use by the compiler; the prefetch must stay
-// ahead of the current item's work, so these loads are volatile.
-__device__ __forceinline__ uint4 ldg_hint16_v(const void* p, uint64_t pol) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(pol));
-  return r;
-}
-
-struct StreamArgs {
-  int64_t D;       // group size (elements)
-  int64_t NS;      // total * P
-  int64_t LP;      // lag (gns_sched.h)
-  int G;
-  int Cg;
-  int P;           // tiles per group
-  int hints;       // 1 stats loads evict_last, 2 apply loads evict_first, 4 y stores evict_first
-  FastDiv hw_div;
-  float eps;
-};
-
-// Decode ticket tk and issue the item's loads (addresses clamped to the group's last vector,
-// so the U loads are unpredicated and issue back to back; valid vectors are a prefix in k).
-template <typename T, int U>
-__device__ __forceinline__ void stream_fetch(StreamItem<U>& it, uint32_t tk, const T* __restrict__ x,
-                                             const StreamArgs& a) {
-  constexpr int VEC = 16 / (int)sizeof(T);
-  const sched::Item d = sched::decode((int64_t)tk, a.NS, a.LP);
-  it.kind = d.kind;
-  if (d.kind == sched::kEnd) return;
-  // 32-bit index math (k < NS < 2^31, D < 2^31): fewer registers than int64 at 64 per thread
-  const uint32_t k32 = (uint32_t)d.k;
-  it.gi = (int)(k32 / (uint32_t)a.P);
-  it.t = (int)(k32 - (uint32_t)it.gi * (uint32_t)a.P);
-  const T* gx = x + (int64_t)it.gi * a.D;
-  const int dvec = (int)(a.D / VEC);
-  const int base = it.t * (kStreamThreads * U) + (int)threadIdx.x;
-  const uint64_t pol = (d.kind == sched::kStats && (a.hints & 1))   ? pol_evict_last()
-                       : (d.kind == sched::kApply && (a.hints & 2)) ? pol_evict_first()
-                                                                    : pol_evict_normal();
-#pragma unroll
-  for (int k = 0; k < U; ++k) {
-    const int v = min(base + k * kStreamThreads, dvec - 1);
-    it.r[k] = ldg_hint16_v(gx + (size_t)v * VEC, pol);
-  }
-  it.Kb = ldg_bits<T>(gx);
-}
-
-// Process cur (its loads issued one step earlier) while the loads of the next item go out.
-// Exactly one __syncthreads per item (the invariant the s_tk / s_warp slot reuse relies on):
-//   s_tk[i & 1] holds the ticket of item i.  Step `it` reads s_tk[(it+1)&1] (written before the
-//   barrier of step it-1, or in the prologue) and thread 0 writes the ticket of item it+2 into
-//   s_tk[it&1] before this step's barrier; that slot's last readers read it in step it-1,
-//   before the barrier of step it-1.  s_warp[it&1] is written before this step's barrier and
-//   read after it by warp 0 only; the next write to it is in step it+2, after the barrier of
-//   step it+1, which warp 0 reaches only once it is done reading.
-template <typename T, int U>
-__device__ __forceinline__ void stream_step(StreamItem<U>& cur, StreamItem<U>& nxt, uint32_t it,
-                                            const T* __restrict__ x, const T* __restrict__ w,
-                                            const T* __restrict__ b, T* __restrict__ y,
-                                            const StreamArgs& a, float4* __restrict__ part,
-                                            float2* __restrict__ fin, uint32_t* __restrict__ cnt,
-                                            uint32_t* __restrict__ ticket, float4 (*s_warp)[kStreamThreads / 32],
-                                            uint32_t* s_tk) {
-  constexpr int VEC = 16 / (int)sizeof(T);
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  stream_fetch<T, U>(nxt, s_tk[(it + 1) & 1], x, a);
-  uint32_t tk2 = 0;
-  if (tid == 0) tk2 = atomicAdd(ticket, 1u);  // item it+2; consumed after this step's barrier
-
-  const int dvec = (int)(a.D / VEC);
-  const int base = cur.t * (kStreamThreads * U) + tid;
-  const int nvalid = base >= dvec ? 0 : min(U, (dvec - 1 - base) / kStreamThreads + 1);
-  const int gi = cur.gi;
-  const float K = bits_to_f<T>(cur.Kb);
-
-  if (cur.kind == sched::kStats) {
-    // exact two-pass over this thread's registers, four accumulators per pass
-    Stat st = stat_empty();
-    if (nvalid > 0) {
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        if (k < nvalid) {
-#pragma unroll
-          for (int i = 0; i < VEC; i += 4) {
-            s0 += pl_get<T, VEC>(cur.r[k], i) - K;
-            s1 += pl_get<T, VEC>(cur.r[k], i + 1) - K;
-            s2 += pl_get<T, VEC>(cur.r[k], i + 2) - K;
-            s3 += pl_get<T, VEC>(cur.r[k], i + 3) - K;
-          }
-        }
-      }
-      const float n = (float)(nvalid * VEC);
-      const float m = ((s0 + s1) + (s2 + s3)) / n;
-      float q0 = 0.f, q1 = 0.f, q2 = 0.f, q3 = 0.f;
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        if (k < nvalid) {
-#pragma unroll
-          for (int i = 0; i < VEC; i += 4) {
-            const float d0 = (pl_get<T, VEC>(cur.r[k], i) - K) - m;
-            const float d1 = (pl_get<T, VEC>(cur.r[k], i + 1) - K) - m;
-            const float d2 = (pl_get<T, VEC>(cur.r[k], i + 2) - K) - m;
-            const float d3 = (pl_get<T, VEC>(cur.r[k], i + 3) - K) - m;
-            q0 = fmaf(d0, d0, q0);
-            q1 = fmaf(d1, d1, q1);
-            q2 = fmaf(d2, d2, q2);
-            q3 = fmaf(d3, d3, q3);
-          }
-        }
-      }
-      st = Stat{n, m, (q0 + q1) + (q2 + q3)};
-    }
-    st = warp_merge_down(st);
-    if (lane == 0) s_warp[it & 1][warp] = make_float4(st.n, st.mean, st.m2, 0.f);
-    if (tid == 0) s_tk[it & 1] = tk2;
-    __syncthreads();
-    if (warp == 0) {
-      const float4 f = lane < kStreamThreads / 32 ? s_warp[it & 1][lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-      const Stat p = warp_merge_down(Stat{f.x, f.y, f.z});
-      uint32_t old = 0;
-      if (lane == 0) {
-        part[(int64_t)gi * a.P + cur.t] = make_float4(p.n, p.mean, p.m2, 0.f);
-        __threadfence();  // release the partial before the count
-        old = atomicAdd(cnt + gi, 1u);
-      }
-      old = __shfl_sync(0xffffffffu, old, 0);
-      if (old == (uint32_t)(a.P - 1)) {
-        // this CTA finished the group's last stats tile: fixed-order merge of the P partials
-        __threadfence();  // acquire side of the count
-        Stat m = stat_empty();
-#pragma unroll 4
-        for (int i = lane; i < a.P; i += 32) {
-          const float4 q = __ldcg(part + (int64_t)gi * a.P + i);
-          m = stat_merge(m, Stat{q.x, q.y, q.z});
-        }
-        m = warp_merge_down(m);
-        if (lane == 0) {
-          fin[gi] = make_float2(m.mean, rsqrtf(fmaxf(m.m2 / m.n, 0.f) + a.eps));
-          __threadfence();
-          atomicAdd(cnt + gi, 1u);  // P -> P+1: (mean, rstd) published
-        }
-      }
-    }
-    return;
-  }
-
-  // apply item: wait for the group's (mean, rstd), then y.  The w/b loads (L1 hits after the
-  // first touch) are issued inside the loop, after the wait: 8 registers fewer at the peak
-  // (64 per thread at 4 CTAs/SM), at ~4 short L1 round trips per item that the other 31
-  // warps of the SM cover.
-  const int g_off = (gi % a.G) * a.Cg;
-  float mean = 0.f, rstd = 0.f;
-  if (lane == 0) {
-    const uint32_t want = (uint32_t)a.P + 1u;
-    while (ld_acquire_u32(cnt + gi) < want) __nanosleep(128);
-    const float2 ms = __ldcg(fin + gi);
-    mean = ms.x;
-    rstd = ms.y;
-  }
-  mean = __shfl_sync(0xffffffffu, mean, 0);
-  rstd = __shfl_sync(0xffffffffu, rstd, 0);
-  const uint64_t spol = (a.hints & 4) ? pol_evict_first() : pol_evict_normal();
-  T* gy = y + (int64_t)gi * a.D;
-#pragma unroll
-  for (int k = 0; k < U; ++k) {
-    if (k < nvalid) {
-      const int v = base + k * kStreamThreads;
-      const int ch = g_off + (int)fdiv((uint32_t)v * (uint32_t)VEC, a.hw_div);
-      const float ak = rstd * ldg_f<T>(w + ch);
-      const float ck = fmaf(-mean, ak, ldg_f<T>(b + ch));
-      float o[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float tt = fmaf(pl_get<T, VEC>(cur.r[k], i) - K, ak, ck);
-        o[i] = __fdividef(tt, 1.0f + __expf(-tt));
-      }
-      stg_hint16(gy + (size_t)v * VEC, pack16<T>(o), spol);
-    }
-  }
-  if (tid == 0) s_tk[it & 1] = tk2;
-  __syncthreads();
-}
-
-// Requirements (plan_stream in gns_kernels.cu): x, y 16-byte aligned, HW % VEC == 0 (each
-// vector in one channel), D < 2^31, 2*NS + 2*grid < 2^32 (32-bit tickets), LP >= P.
-template <typename T, int MINB>
-__global__ void __launch_bounds__(kStreamThreads, MINB)
-gns_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                  T* __restrict__ y, StreamArgs a, float4* __restrict__ part,
-                  float2* __restrict__ fin, uint32_t* __restrict__ cnt, uint32_t* __restrict__ ticket) {
-  constexpr int U = kStreamU;
-  __shared__ float4 s_warp[2][kStreamThreads / 32];
-  __shared__ uint32_t s_tk[2];
-  if (threadIdx.x == 0) {
-    s_tk[0] = atomicAdd(ticket, 1u);
-    s_tk[1] = atomicAdd(ticket, 1u);
-  }
-  __syncthreads();
-  StreamItem<U> i0, i1;
-  stream_fetch<T, U>(i0, s_tk[0], x, a);
-  uint32_t it = 0;
-  for (;;) {  // unrolled by two: the buffers swap roles without register moves
-    if (i0.kind == sched::kEnd) break;
-    stream_step<T, U>(i0, i1, it, x, w, b, y, a, part, fin, cnt, ticket, s_warp, s_tk);
-    ++it;
-    if (i1.kind == sched::kEnd) break;
-    stream_step<T, U>(i1, i0, it, x, w, b, y, a, part, fin, cnt, ticket, s_warp, s_tk);
-    ++it;
-  }
 }
 
 }  // namespace gns

@@ -25,7 +25,7 @@ from kda_kernels.prebuilt import Extension
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = ("gns_kernels.cu", "gns_binding.cpp")
-_HEADERS = ("gns_kernels.cuh", "gns_sched.h")
+_HEADERS = ("gns_kernels.cuh",)
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 _arch_ok: dict[int, bool] = {}
@@ -164,39 +164,18 @@ def triton_group_norm_silu(
 # (path D, one launch, one barrier) can take -- 16-byte aligned x, spatial size a multiple of the 16-byte
 # vector (8 halves / 4 floats) -- stay here at every size; the other <= 16 KB groups still go to SGLang
 # (c003's routing). Everywhere else (SGLang's one-pass path with 32 CTAs, tails) this kernel wins 1.08x to
-# 6.3x. fp32 stays here: SGLang's single-pass variance is wrong at large offsets. c008: the chunked tail-free
-# class comes back here when path E (one HBM read of x, the apply re-read served by L2) can take it; the
-# prediction and the H200 commands that decide it are in docs/notes.md "c008". To revert to c007's routing:
-# `_wins` -> `_wins_c007` in triton_group_norm_silu.
+# 6.3x. fp32 stays here: SGLang's single-pass variance is wrong at large offsets.
 _ROUTE_MIN_GROUP_BYTES = 16 * 1024
 _SGLANG_CHUNKED_GROUP_ELEMS = 2**18
 
 
 def _reg_path_eligible(x: torch.Tensor) -> bool:
-    """The kernel's 16-byte paths can take this x: path D (plan_reg) and path E (plan_stream) share these
-    layout conditions in gns_kernels.cu."""
+    """The kernel's path D can hold this x (mirrors plan_reg's layout conditions in gns_kernels.cu)."""
     spatial = x.numel() // (x.shape[0] * x.shape[1])
     return x.data_ptr() % 16 == 0 and spatial % (16 // x.element_size()) == 0
 
 
 def _wins(x: torch.Tensor, num_groups: int) -> bool:
-    """c008: c007's routing, except that SGLang's tail-free chunked class (fp16/bf16 groups of >= 2^18
-    elements, spatial % 4096 == 0) stays here when the kernel's path E (persistent stats/apply stream, one HBM
-    read of x, the apply re-read from L2) can take it: the same layout conditions as path D. Everything else
-    as c007."""
-    if x.dtype == torch.float32:
-        return True
-    group_elems = (x.numel() // x.shape[0]) // num_groups
-    if group_elems * x.element_size() <= _ROUTE_MIN_GROUP_BYTES:
-        return _reg_path_eligible(x)
-    spatial = x.numel() // (x.shape[0] * x.shape[1])
-    if group_elems >= _SGLANG_CHUNKED_GROUP_ELEMS and spatial % 4096 == 0:
-        return _reg_path_eligible(x)
-    return True
-
-
-def _wins_c007(x: torch.Tensor, num_groups: int) -> bool:
-    """c007's routing (dev sweeps: dev/sweep_large.py times c007 = this + force_path 7)."""
     if x.dtype == torch.float32:
         return True
     group_elems = (x.numel() // x.shape[0]) // num_groups

@@ -1,24 +1,5 @@
-"""Candidate c006: c005 (one Triton kernel for SGLang 0.5.23's ``fused_norm_scale_shift`` and
-``fused_scale_residual_norm_scale_shift``, nss_kernel.py, with its hand-back rule) + a CUDA kernel with a pybind11
-host path for the small rows (nss_small.cu: design, byte model and bound; nss_small_contract.h: its contract and
-launch plan; nss_small_binding.cpp: the torch binding).
-
-c006's small-row path: the Python wrappers below test only that the extension is loaded, eps is a float,
-norm_type a str and torch.compile is not tracing; then one pybind11 call reads every tensor's sizes, strides,
-dtype and device in C++, decides (bf16/fp16 x [B, S, D] with one shared D-row of x's dtype for scale / shift /
-gate, weight / bias None or [D] of x's dtype, <= 2 MiB moved, the current CUDA device of compute capability 9.0,
-no autograd recording), allocates the outputs through torch and launches on torch's current stream, or returns
-None: then c005's path below, unchanged, takes the call (and hands what it does not take to SGLang). No
-signature cache, no compilation for any row count, nothing synchronizes. The production rows under 2 MB
-(qwen_nss_L19/L47, mova_nss_L101, hyvideo_nss_L55 and their residual forms) are the kernel's; every other row
-stays where c005 sends it.
-
-Build: the extension (``kda_kernels.prebuilt.Extension``, named by its sources' hash) builds on the first CUDA
-call in the lab (``src/`` imported by the harness); imported as the exported overlay copy it only loads, and a
-missing build sends every call to the Triton path until ``python -m kda_kernels build`` has run. Importing this
-module builds nothing and needs no GPU.
-
-c005's paths:
+"""Candidate: one Triton kernel for SGLang 0.5.23's ``fused_norm_scale_shift`` and
+``fused_scale_residual_norm_scale_shift`` (nss_kernel.py: the kernel, its byte model and the bound).
 
 Contract of the kernel (prompt.md K); everything else goes to SGLang's own function (``lazy_baseline``: SGLang's
 original even where the overlay is installed), which also raises where SGLang raises:
@@ -55,14 +36,12 @@ Importing this module builds nothing and needs no GPU; Triton compiles on the fi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from kda_kernels import lazy_baseline
 from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, launch_and_keep, runs_here
-from kda_kernels.prebuilt import Extension, OnFirstCall, sources_hash
 
 from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
 
@@ -114,62 +93,6 @@ def _hands_back(x: torch.Tensor, residual: torch.Tensor | None, gate: torch.Tens
     return not wider and moved + out >= SAME_WIDTH_HANDBACK_BYTES
 
 
-# ------------------------------------------------------------------------------------------------ c006 CUDA path
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_CUDA_SOURCES = ("nss_small.cu", "nss_small_binding.cpp")
-_CUDA_HEADERS = ("nss_small_contract.h", "nss_small_launch.h")
-
-EXTENSION = Extension(
-    name=f"kda_h200_nss_small_{sources_hash(_HERE, _CUDA_SOURCES + _CUDA_HEADERS)}",
-    arch="h200",
-    sources=tuple(os.path.join(_HERE, s) for s in _CUDA_SOURCES),
-    include_paths=(_HERE,),
-    cflags=("-O3", "-std=c++20"),
-    cuda_cflags=("-O3", "-std=c++20", "-gencode=arch=compute_90a,code=sm_90a"),
-)
-# The exported copy is imported as kda_kernels.diffusion.<family>._impls.h200.register: it only loads the build.
-CUDA = OnFirstCall(EXTENSION, __name__)
-_is_compiling = torch.compiler.is_compiling
-
-
-def _cuda_ext(x: object) -> Any:
-    """The loaded extension, loading it on the first CUDA call; None on CPU calls and where it is not built."""
-    ext = CUDA.module
-    if ext is None and not CUDA.tried and x.__class__ in _TENSORS and x.is_cuda:
-        ext = CUDA.load()
-    return ext
-
-
-def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                           scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
-                           eps: float = 1e-5) -> torch.Tensor:
-    ext = CUDA.module or _cuda_ext(x)
-    if ext is not None and eps.__class__ is float and norm_type.__class__ is str and not _is_compiling():
-        try:
-            y = ext.nss(x, weight, bias, scale, shift, norm_type, eps)  # None: outside the CUDA kernel's contract
-        except TypeError:  # an argument pybind11 does not convert (not a tensor or None): c005's path decides
-            y = None
-        if y is not None:
-            return y
-    return nss_triton(x, weight, bias, scale, shift, norm_type, eps)
-
-
-def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None,
-                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                          scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
-                                          eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
-    ext = CUDA.module or _cuda_ext(x)
-    if ext is not None and eps.__class__ is float and norm_type.__class__ is str and not _is_compiling():
-        try:
-            out = ext.srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
-        except TypeError:
-            out = None
-        if out is not None:
-            return out
-    return srnss_triton(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
-
-
 # ------------------------------------------------------------------------------------------------ hot path
 
 def _tk(t: object) -> object:
@@ -186,9 +109,9 @@ def _new_like(x: torch.Tensor, dense_like_x: bool) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def nss_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, scale: torch.Tensor,
-               shift: torch.Tensor, norm_type: str, eps: float = 1e-5) -> torch.Tensor:
-    """c005's fused_norm_scale_shift: the Triton kernel with kept launches, the hand-back rule, SGLang outside."""
+def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                           scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                           eps: float = 1e-5) -> torch.Tensor:
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
         try:
@@ -213,10 +136,10 @@ def nss_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key)
 
 
-def srnss_triton(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor | None,
-                 bias: torch.Tensor | None, scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
-                 eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
-    """c005's fused_scale_residual_norm_scale_shift (as nss_triton)."""
+def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None,
+                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                          scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                                          eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
         try:
