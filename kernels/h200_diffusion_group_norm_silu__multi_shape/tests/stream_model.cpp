@@ -1,8 +1,9 @@
-// CPU model of path E (c008, gns_stream_kernel): the ticket schedule and the Chan merges are the
-// functions the kernel runs (src/gns_sched.h, compiled here by g++); the per-thread two-pass,
-// the shfl trees and the fixed-order group merge are re-enacted with those merges in the
-// kernel's order.  Built and run by tests/test_stream_model.py:
-//   g++ -std=c++17 -O2 -I../src stream_model.cpp -o stream_model && ./stream_model
+// CPU model of path E (c008, gns_stream_kernel; negative on the H200, not in src/: the kernel is at
+// commit d0dea7a, its schedule/merge header kept as dev/path_e/gns_sched.h): the ticket schedule and
+// the Chan merges are the functions that kernel ran (dev/path_e/gns_sched.h, compiled here by g++);
+// the per-thread two-pass, the shfl trees and the fixed-order group merge are re-enacted with those
+// merges in the kernel's order.  Built and run by tests/test_stream_model.py:
+//   g++ -std=c++17 -O2 -I../dev/path_e stream_model.cpp -o stream_model && ./stream_model
 // Exit status 0 = every check passed, including the rejection of each deliberately wrong variant.
 #include <math.h>
 #include <stdint.h>
