@@ -12,21 +12,25 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kda_kernels.registry import TARGETS
+from kda_kernels.registry import FAST_PATHS, TARGETS
 
 
 def impl_extensions(families: Iterable[str] | None = None,
                     arches: Iterable[str] | None = None) -> dict[tuple[str, str], Any]:
-    """(family, arch) -> the impl's ``EXTENSION`` (kda_kernels.prebuilt.Extension), for promoted impls that have one."""
+    """(family, arch) -> the impl's ``EXTENSION`` (kda_kernels.prebuilt.Extension), for promoted impls that have one:
+    the swap targets' families and the module-level fast paths' (an impl promoted as a fast path, e.g. the
+    HunyuanVideo VAE's replicate_pad3d, may carry a CUDA extension too)."""
+    from kda_kernels import fast_paths
     from kda_kernels.overlay import stamps
 
     fams = {families} if isinstance(families, str) else (set(families) if families is not None else None)
     want = {arches} if isinstance(arches, str) else (set(arches) if arches is not None else None)
     out: dict[tuple[str, str], Any] = {}
-    for t in TARGETS:
+    units = [(t, stamps) for t in TARGETS] + [(fp, fast_paths.stamps) for fp in FAST_PATHS]
+    for t, stamps_of in units:
         if fams is not None and t.family not in fams:
             continue
-        st = stamps(t)
+        st = stamps_of(t)
         if not st["promoted"]:
             continue
         for arch in st["arches"]:

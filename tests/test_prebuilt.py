@@ -163,6 +163,24 @@ def test_build_lists_the_promoted_impl_extensions(family):
     assert exts[(family, "h200")].name.startswith("kda_h200_gns_")
 
 
+def test_build_lists_a_fast_path_impls_extension(monkeypatch):
+    """A family promoted as a module-level fast path (replicate_pad3d: the HunyuanVideo VAE decoder) is built ahead
+    like a swap target's when its exported register.py carries an EXTENSION (the VAE task's c006 does)."""
+    import types
+
+    from kda_kernels import build, fast_paths
+    from kda_kernels.registry import FAST_PATH_FAMILIES
+
+    fp = FAST_PATH_FAMILIES["replicate_pad3d"]
+    sentinel = object()
+    monkeypatch.setattr(fast_paths, "stamps", lambda f: {"promoted": f is fp, "arches": ("h200",)})
+    register = types.ModuleType("stand_in_register")  # the exported copy, as import_module would find it
+    register.EXTENSION = sentinel
+    monkeypatch.setitem(sys.modules, f"{fp.family_module}._impls.h200.register", register)
+    exts = build.impl_extensions(families=["replicate_pad3d"])
+    assert exts == {("replicate_pad3d", "h200"): sentinel}
+
+
 def test_the_exporter_builds_ahead_or_says_where_to_build():
     """After a promotion the exporter builds the impl's extension where torch has CUDA; on this CPU host it must
     say, in one line, that `python -m kda_kernels build` is needed on the serving machine."""
