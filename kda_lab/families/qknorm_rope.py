@@ -226,11 +226,13 @@ TEST_ROWS = """
 # ---------------------------------------------------------------- test rows
 # Shapes SGLang's own qknorm_rope tests use (tokens 1/9/129/257, heads 8/16/24/32, head_dim 64/128/256,
 # NeoX and interleaved, int32/int64 positions), plus the layouts 0.5.23 call sites can pass. No row is tagged
-# 'tiny': the baseline is a JIT CUDA kernel, it cannot run in the CPU interpreter.
+# 'tiny': the baseline is a JIT CUDA kernel, it cannot run in the CPU interpreter; the 'fuzz' rows are the overlay's
+# GPU layout-fuzz cases (tests/overlay_fuzz_cases.py), one per layout class.
 [[workloads]]
 name = "test_tail_T129_int32_cache_longer"
 fn = "fused_inplace_qknorm_rope"
 kind = "test"
+tags = ["fuzz"]
 source = "test: odd token count, int32 positions gathering from a 4096-row cache (positions need not be arange)"
 [workloads.args]
 q = { shape = [129, 24, 128], dtype = "bfloat16" }
@@ -248,6 +250,7 @@ rope_dim = 128
 name = "test_fused_qkv_views_T47"
 fn = "fused_inplace_qknorm_rope"
 kind = "test"
+tags = ["fuzz"]
 source = "test: q and k as strided views of a fused qkv projection [T, 3*H*D] (token stride 3*H*D, shared head stride D)"
 [workloads.args]
 q = { shape = [47, 24, 128], dtype = "bfloat16", strides = [9216, 128, 1] }
@@ -265,6 +268,7 @@ rope_dim = 128
 name = "test_neox_D64_T9_int64"
 fn = "fused_inplace_qknorm_rope"
 kind = "test"
+tags = ["fuzz"]
 source = "test: NeoX halves at head_dim 64, 9 tokens, 16 heads; head_dim/rope_dim left at their defaults (0)"
 [workloads.args]
 q = { shape = [9, 16, 64], dtype = "bfloat16" }
@@ -295,6 +299,7 @@ eps = 1e-6
 name = "test_fp16_neox_partial_gqa"
 fn = "fused_inplace_qknorm_rope"
 kind = "test"
+tags = ["fuzz"]
 source = "test: fp16, NeoX on the first 64 of 128 lanes, different q/k head counts (3 and 5), 33 tokens"
 [workloads.args]
 q = { shape = [33, 3, 128], dtype = "float16" }
@@ -327,6 +332,7 @@ eps = 1e-6
 name = "test_round_norm_full_width_neox"
 fn = "fused_inplace_qknorm_rope"
 kind = "test"
+tags = ["fuzz"]
 source = "test: ERNIE-Image's call (round_norm_before_rope, full-width [cos(128) | sin(128)] bf16 cache, NeoX)"
 [workloads.args]
 q = { shape = [64, 16, 128], dtype = "bfloat16" }

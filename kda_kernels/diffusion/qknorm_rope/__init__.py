@@ -11,12 +11,12 @@ FUNCTIONS = (
 )
 
 # fused_inplace_qknorm_rope: sglang.kernels.ops.diffusion.rope.qknorm_rope_jit:fused_inplace_qknorm_rope
-KDA_OPTIMIZED_fused_inplace_qknorm_rope = False
-KDA_TASK_fused_inplace_qknorm_rope: dict[str, str] = {}
-KDA_COMMIT_fused_inplace_qknorm_rope: dict[str, str] = {}
-KDA_DATE_fused_inplace_qknorm_rope: dict[str, str] = {}
-KDA_SPEEDUP_fused_inplace_qknorm_rope: dict[str, float] = {}
-KDA_ARCHES_fused_inplace_qknorm_rope: tuple[str, ...] = ()
+KDA_OPTIMIZED_fused_inplace_qknorm_rope = True
+KDA_TASK_fused_inplace_qknorm_rope: dict[str, str] = {"h200": "h200_diffusion_qknorm_rope__multi_shape"}
+KDA_COMMIT_fused_inplace_qknorm_rope: dict[str, str] = {"h200": "509d12d709bb16e58b77827f37eaae3cd54ac81b"}
+KDA_DATE_fused_inplace_qknorm_rope: dict[str, str] = {"h200": "2026-11-27"}
+KDA_SPEEDUP_fused_inplace_qknorm_rope: dict[str, float] = {"h200": 1.0058}
+KDA_ARCHES_fused_inplace_qknorm_rope: tuple[str, ...] = ("h200",)
 
 
 def __getattr__(name: str):
