@@ -1,70 +1,110 @@
-"""c006's CUDA plain pad on a CPU host: the shipped sources are the ones the H200 sweep measured and the CPU model
-checked, the binding compiles against torch's headers, and register.py's dispatch sends exactly the calls it
-should to the extension (a stand-in here), falls back to c004's Triton kernel on any nonzero code, and never
-loads or builds the extension for a call that is not on a CUDA device of compute capability 9.0.
+"""c006's CUDA plain pad on a CPU host, from its parked copy (dev/c006/, README.md there): src/ is c004, and
+dev/c006/restore.sh assembles c006's src/ files from dev/c006 (register.py, the binding, pad_stage.cu's header
+comment) and dev/pad_cuda (the kernel and launcher, both headers). Here that assembly runs into a temporary copy of
+src/ and must reproduce c006's registered source hash; the binding compiles against torch's headers; and
+register.py's dispatch, imported from the assembled folder, sends exactly the calls it should to the extension
+(a stand-in here), falls back to c004's Triton kernel on any nonzero code, and never loads or builds the extension
+for a call that is not on a CUDA device of compute capability 9.0.
 
-The nvcc sm_90a build with its no-spills mark is tests/test_cuda_sources.py's (src/pad_stage.cu is one of its
-sources); the chunk logic itself is checked by tests/test_pad_stage_core.py on the dev copy of the headers, which
-the first test here proves identical to the shipped ones."""
+The nvcc sm_90a build with its no-spills mark is tests/test_cuda_sources.py's: it builds dev/pad_cuda/pad_stage.cu,
+which is c006's pad_stage.cu from the first #include on; the chunk logic itself is checked by
+tests/test_pad_stage_core.py on dev/pad_cuda's headers, the ones c006 ships."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from kda_lab.task.schema import source_hash
+
 TASK_DIR = Path(__file__).resolve().parents[1]
-SRC = TASK_DIR / "src"
+C006 = TASK_DIR / "dev" / "c006"
 DEV = TASK_DIR / "dev" / "pad_cuda"
+C006_SOURCE_HASH = "918bfa6173332746"  # solutions.jsonl: c006's register row
+C004_SOURCE_HASH = "ae70f88601b7258b"
 PAD = [1, 1, 1, 1, 2, 0]
+INCLUDE = "#include <cstdint>"
 
 
-def test_shipped_sources_are_the_measured_ones() -> None:
-    """The CPU model (test_pad_stage_core.py) builds dev/pad_cuda's headers and dev/pad_sweep.py --cuda timed
-    dev/pad_cuda/pad_stage.cu: src/ must ship the same code (pad_stage.cu differs only in its header comment)."""
+@pytest.fixture(scope="module")
+def c006_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """c006's src/: a copy of the task's src/ (c004's) with dev/c006/restore.sh run over it."""
+    dest = tmp_path_factory.mktemp("c006") / "src"
+    shutil.copytree(TASK_DIR / "src", dest, ignore=shutil.ignore_patterns("__pycache__", "build", "*.so", "*.o"))
+    subprocess.run(["sh", str(C006 / "restore.sh"), str(dest)], check=True, timeout=60)
+    return dest
+
+
+def test_restore_reproduces_c006s_source_hash(c006_src: Path) -> None:
+    """c006 = c004 + the CUDA pad: restore.sh over c004's src/ gives back the registered hash byte for byte."""
+    assert source_hash(TASK_DIR / "src") == C004_SOURCE_HASH, (
+        "src/ is no longer c004: rebase dev/c006 on the new src/ (and this test) or drop it")
+    assert source_hash(c006_src) == C006_SOURCE_HASH
+    assert (c006_src / "register.py").read_bytes() == (C006 / "register.py").read_bytes()
+    assert (c006_src / "pad_stage_binding.cpp").read_bytes() == (C006 / "pad_stage_binding.cpp").read_bytes()
     for name in ("pad_stage_core.cuh", "pad_vec_core.cuh"):
-        assert (SRC / name).read_bytes() == (DEV / name).read_bytes(), name
-    marker = "#include <cstdint>"
-    shipped, dev = (SRC / "pad_stage.cu").read_text(), (DEV / "pad_stage.cu").read_text()
-    assert shipped[shipped.index(marker):] == dev[dev.index(marker):]
-    assert "// kda: no-spills" in shipped
+        assert (c006_src / name).read_bytes() == (DEV / name).read_bytes(), name
+
+
+def test_shipped_pad_stage_is_the_measured_one(c006_src: Path) -> None:
+    """dev/pad_sweep.py --cuda timed dev/pad_cuda/pad_stage.cu and test_cuda_sources.py builds it without spills:
+    c006's pad_stage.cu is that file from the first #include on, after its own header comment (comments only)."""
+    shipped, dev = (c006_src / "pad_stage.cu").read_text(), (DEV / "pad_stage.cu").read_text()
+    assert shipped[shipped.index(INCLUDE):] == dev[dev.index(INCLUDE):]
+    head = (C006 / "pad_stage.cu.head").read_text()
+    assert shipped == head + dev[dev.index(INCLUDE):]
+    assert all(line.startswith("//") for line in head.splitlines())
+    assert "// kda: no-spills" in head and "// kda: no-spills" in dev[:dev.index(INCLUDE)]
+    # one copy of the kernel in the repo: nothing under dev/c006 for test_cuda_sources.py to build twice
+    assert not list(C006.rglob("*.cu")) and not list(C006.rglob("*.cuh"))
+
+
+def _import_c006(src: Path) -> ModuleType:
+    """src/register.py imported by path as a package (its .fast_path and .pad_kernels siblings), as the lab does."""
+    name = "_kda_c006_register_probe"
+    spec = importlib.util.spec_from_file_location(name, src / "register.py", submodule_search_locations=[str(src)])
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture()
-def reg(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kda_lab.task import load_task
-    from kda_lab.task.schema import load_candidate
-
-    mod = load_candidate(load_task(TASK_DIR))
+def reg(c006_src: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    mod = _import_c006(c006_src)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors inside _padded_shape's contract
     monkeypatch.setattr(mod, "_sm90", {})
     return mod
 
 
-def test_import_builds_nothing_and_names_the_extension_by_its_sources(reg: Any) -> None:
+def test_import_builds_nothing_and_names_the_extension_by_its_sources(reg: Any, c006_src: Path) -> None:
     assert reg.EXTENSION.module is None and reg._ext is None and not reg._ext_tried
     h = hashlib.sha256()
     for name in ("pad_stage.cu", "pad_stage_binding.cpp", "pad_stage_core.cuh", "pad_vec_core.cuh"):
-        h.update(name.encode() + b"\0" + (SRC / name).read_bytes())
+        h.update(name.encode() + b"\0" + (c006_src / name).read_bytes())
     assert reg.EXTENSION.name == f"kda_h200_pad_stage_{h.hexdigest()[:12]}"
     assert any("compute_90a,code=sm_90a" in f for f in reg.EXTENSION.cuda_cflags)
     assert reg._BUILD_ON_FIRST_USE  # the lab's task-folder copy may build on its first CUDA call
 
 
-def test_the_exported_copy_never_builds(reg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_exported_copy_never_builds(reg: Any, c006_src: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Imported under the overlay's module name, the copy only loads: an empty cache leaves the extension None
     (the Triton kernel serves) and nvcc never runs."""
     monkeypatch.setenv("KDA_KERNELS_CACHE", str(tmp_path))  # an empty cache: nothing prebuilt
-    text = (SRC / "register.py").read_text()
+    text = (C006 / "register.py").read_text()
     # run register.py's own text under the overlay's module name, its two sibling imports served by the lab copy's
     code = compile(text.replace("from .fast_path import", "from kda_lab_probe_fast_path import")
                    .replace("from .pad_kernels import", "from kda_lab_probe_pad_kernels import"), "register.py", "exec")
@@ -72,7 +112,7 @@ def test_the_exported_copy_never_builds(reg: Any, tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(sys.modules, "kda_lab_probe_pad_kernels",
                         SimpleNamespace(launch_ncdhw=reg.launch_ncdhw, launch_ndhwc=reg.launch_ndhwc))
     ns: dict[str, Any] = {"__name__": "kda_kernels.diffusion.replicate_pad3d._impls.h200.register",
-                          "__file__": str(SRC / "register.py")}
+                          "__file__": str(c006_src / "register.py")}
     exec(code, ns)
     assert not ns["_BUILD_ON_FIRST_USE"]
     monkeypatch.setattr(ns["EXTENSION"], "_build_locked", lambda verbose: pytest.fail("the exported copy compiled"))
@@ -190,7 +230,8 @@ def test_stage_ext_loads_only_on_compute_capability_9_0(reg: Any, monkeypatch: p
 
 
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
-    """pad_stage_binding.cpp against torch's headers (g++ syntax check, warnings as errors): the box builds it."""
+    """dev/c006/pad_stage_binding.cpp against torch's headers and dev/pad_cuda's (g++ syntax check, warnings as
+    errors): the box builds it."""
     cxx, nvcc = shutil.which("g++"), shutil.which("nvcc")
     if not cxx or not nvcc:
         pytest.skip("no g++ / nvcc")
@@ -204,8 +245,8 @@ def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
     (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
     includes = [str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include), sysconfig.get_paths()["include"]]
     res = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                          *(f"-isystem{p}" for p in includes), f"-I{SRC}", "-DTORCH_EXTENSION_NAME=pad_stage_syntax",
-                          str(SRC / "pad_stage_binding.cpp")], capture_output=True, text=True, timeout=300)
+                          *(f"-isystem{p}" for p in includes), f"-I{DEV}", "-DTORCH_EXTENSION_NAME=pad_stage_syntax",
+                          str(C006 / "pad_stage_binding.cpp")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
 
 
