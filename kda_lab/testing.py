@@ -132,3 +132,30 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
     if tiny:
         tests["test_candidate_and_sglang_in_interpreter"] = test_candidate_and_sglang_in_interpreter
     return tests
+
+
+def assert_binding_compiles(binding: Path, include_dir: Path, tmp_path: Path) -> None:
+    """A task's torch binding (.cpp) against this torch's headers and the CUDA toolkit's: a g++ syntax check with
+    warnings as errors, so a binding that would not build on the GPU box fails on a CPU host first. Skips where
+    g++ or nvcc is missing (CI has both)."""
+    import shutil
+    import subprocess
+    import sysconfig
+
+    cxx, nvcc = shutil.which("g++"), shutil.which("nvcc")
+    if not cxx or not nvcc:
+        pytest.skip("no g++ / nvcc")
+    import torch.utils.cpp_extension as ce
+
+    cuda_include = Path(nvcc).resolve().parents[1] / "include"
+    if not (cuda_include / "cuda_runtime.h").is_file():
+        cuda_include = Path("/usr/local/cuda/include")
+    stub = tmp_path / "stub/c10/cuda/impl"  # a CPU wheel of torch lacks this generated header
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+    system = [str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include), sysconfig.get_paths()["include"]]
+    res = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                          *(f"-isystem{p}" for p in system), f"-I{include_dir}",
+                          f"-DTORCH_EXTENSION_NAME={binding.stem}_syntax", str(binding)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]

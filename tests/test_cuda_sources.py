@@ -184,3 +184,19 @@ def test_missing_nvcc_fails_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("KDA_ALLOW_NO_NVCC", "1")
     with pytest.raises(pytest.skip.Exception, match="NOT compile-checked"):
         nvcc()
+
+
+def test_the_binding_syntax_check_rejects_a_binding_that_would_not_build(tmp_path: Path) -> None:
+    """kda_lab.testing.assert_binding_compiles, which every CUDA task's binding test calls, must fail on a
+    binding the box could not build (a warning counts: -Werror), and pass on a minimal good one."""
+    from kda_lab.testing import assert_binding_compiles
+
+    good = tmp_path / "good_binding.cpp"
+    good.write_text('#include <torch/extension.h>\n'
+                    'static int64_t numel(const at::Tensor& t) { return t.numel(); }\n'
+                    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("numel", &numel); }\n')
+    assert_binding_compiles(good, tmp_path, tmp_path)
+    bad = tmp_path / "bad_binding.cpp"
+    bad.write_text(good.read_text().replace("return t.numel();", "int unused = 0; return t.numel();"))
+    with pytest.raises(AssertionError, match="unused"):
+        assert_binding_compiles(bad, tmp_path, tmp_path)

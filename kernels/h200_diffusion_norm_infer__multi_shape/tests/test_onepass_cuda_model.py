@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kda_lab.testing import assert_binding_compiles
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOL = {torch.bfloat16: (4e-3, 8e-3), torch.float16: (1e-3, 2e-3), torch.float32: (5e-4, 1e-4)}
 CODE = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 0}
@@ -340,21 +342,4 @@ def test_register_dispatch_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
     """onepass_binding.cpp against torch's headers (g++ syntax check, warnings as errors): the box builds it."""
-    import sysconfig
-
-    cxx, nvcc = shutil.which("g++"), shutil.which("nvcc")
-    if not cxx or not nvcc:
-        pytest.skip("no g++ / nvcc")
-    import torch.utils.cpp_extension as ce
-
-    cuda_include = Path(nvcc).resolve().parents[1] / "include"
-    if not (cuda_include / "cuda_runtime.h").is_file():
-        cuda_include = Path("/usr/local/cuda/include")
-    stub = tmp_path / "stub/c10/cuda/impl"  # a CPU wheel of torch lacks this generated header
-    stub.mkdir(parents=True)
-    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    includes = [str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include), sysconfig.get_paths()["include"]]
-    res = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                          *(f"-isystem{p}" for p in includes), f"-I{SRC}", "-DTORCH_EXTENSION_NAME=onepass_syntax",
-                          str(SRC / "onepass_binding.cpp")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert_binding_compiles(SRC / "onepass_binding.cpp", SRC, tmp_path)

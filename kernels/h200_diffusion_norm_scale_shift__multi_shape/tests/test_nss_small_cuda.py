@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
-import sysconfig
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import torch
 
 from kda_lab.families.norm_scale_shift import norm_scale_shift_oracle, scale_residual_norm_scale_shift_oracle
 from kda_lab.measure.correctness import compare
+from kda_lab.testing import assert_binding_compiles
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 SRC = TASK_DIR / "dev" / "small_cuda"
@@ -397,19 +397,4 @@ def test_sm90a_build_without_spills(tmp_path: Path) -> None:
 
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
     """nss_small_binding.cpp against torch's headers (g++ syntax check, warnings as errors): the box builds it."""
-    cxx, nvcc = shutil.which("g++"), shutil.which("nvcc")
-    if not cxx or not nvcc:
-        pytest.skip("no g++ / nvcc")
-    import torch.utils.cpp_extension as ce
-
-    cuda_include = Path(nvcc).resolve().parents[1] / "include"
-    if not (cuda_include / "cuda_runtime.h").is_file():
-        cuda_include = Path("/usr/local/cuda/include")
-    stub = tmp_path / "stub/c10/cuda/impl"  # a CPU wheel of torch lacks this generated header
-    stub.mkdir(parents=True)
-    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    includes = [str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include), sysconfig.get_paths()["include"]]
-    res = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                          *(f"-isystem{p}" for p in includes), f"-I{SRC}", "-DTORCH_EXTENSION_NAME=nss_syntax",
-                          str(SRC / "nss_small_binding.cpp")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert_binding_compiles(SRC / "nss_small_binding.cpp", SRC, tmp_path)

@@ -21,10 +21,11 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+
+from kda_lab.testing import assert_binding_compiles
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PRODUCTION = "_ZN7kda_qkr18qknorm_rope_kernelILi128ELi0ELb0ELi0ELi0EEEvNS_6ParamsE"  # PIPE = 0
@@ -133,25 +134,7 @@ def test_pipelined_sass_loads_next_row_before_the_store(build: dict[str, object]
 
 
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
-    cxx = shutil.which("g++")
-    nvcc = _nvcc()
-    if not cxx:
-        pytest.skip("no g++")
-    import torch.utils.cpp_extension as ce
-
-    cuda_include = Path(nvcc).resolve().parents[1] / "include"
-    if not (cuda_include / "cuda_runtime.h").is_file():
-        cuda_include = Path("/usr/local/cuda/include")
-    stub = tmp_path / "stub/c10/cuda/impl"  # a CPU wheel of torch lacks this generated header
-    stub.mkdir(parents=True)
-    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    includes = [str(SRC), str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include),
-                sysconfig.get_paths()["include"]]
-    res = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                          *(f"-isystem{p}" for p in includes[1:]), f"-I{includes[0]}",
-                          "-DTORCH_EXTENSION_NAME=qkr_syntax", str(SRC / "qknorm_rope_binding.cpp")],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert_binding_compiles(SRC / "qknorm_rope_binding.cpp", SRC, tmp_path)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from kda_lab.task.schema import source_hash
+from kda_lab.testing import assert_binding_compiles
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 C006 = TASK_DIR / "dev" / "c006"
@@ -232,22 +232,7 @@ def test_stage_ext_loads_only_on_compute_capability_9_0(reg: Any, monkeypatch: p
 def test_binding_compiles_against_torch_headers(tmp_path: Path) -> None:
     """dev/c006/pad_stage_binding.cpp against torch's headers and dev/pad_cuda's (g++ syntax check, warnings as
     errors): the box builds it."""
-    cxx, nvcc = shutil.which("g++"), shutil.which("nvcc")
-    if not cxx or not nvcc:
-        pytest.skip("no g++ / nvcc")
-    import torch.utils.cpp_extension as ce
-
-    cuda_include = Path(nvcc).resolve().parents[1] / "include"
-    if not (cuda_include / "cuda_runtime.h").is_file():
-        cuda_include = Path("/usr/local/cuda/include")
-    stub = tmp_path / "stub/c10/cuda/impl"  # a CPU wheel of torch lacks this generated header
-    stub.mkdir(parents=True)
-    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    includes = [str(tmp_path / "stub"), *ce.include_paths(), str(cuda_include), sysconfig.get_paths()["include"]]
-    res = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                          *(f"-isystem{p}" for p in includes), f"-I{DEV}", "-DTORCH_EXTENSION_NAME=pad_stage_syntax",
-                          str(C006 / "pad_stage_binding.cpp")], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert_binding_compiles(C006 / "pad_stage_binding.cpp", DEV, tmp_path)
 
 
 if __name__ == "__main__":
