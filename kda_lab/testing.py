@@ -159,3 +159,19 @@ def assert_binding_compiles(binding: Path, include_dir: Path, tmp_path: Path) ->
                           f"-DTORCH_EXTENSION_NAME={binding.stem}_syntax", str(binding)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
+
+
+def compile_host_cpp(source: Path, include_dir: Path, out: Path, *, shared: bool = False, opt: str = "-O2") -> Path:
+    """Build a task's host-side C++ check (a kernel's index or contract logic compiled for the CPU, warnings as
+    errors) into ``out``: an executable, or with ``shared`` a library for ctypes. The CPU evidence of the CUDA
+    tasks runs through these, so a missing compiler fails rather than skips."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "a C++ compiler (g++) is needed: nvcc needs one too"
+    flags = ["-shared", "-fPIC"] if shared else []
+    res = subprocess.run([cxx, "-std=c++17", opt, "-Wall", "-Wextra", "-Werror", *flags, f"-I{include_dir}",
+                          str(source), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return out

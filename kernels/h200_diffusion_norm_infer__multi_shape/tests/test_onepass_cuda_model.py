@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kda_lab.testing import assert_binding_compiles
+from kda_lab.testing import assert_binding_compiles, compile_host_cpp
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOL = {torch.bfloat16: (4e-3, 8e-3), torch.float16: (1e-3, 2e-3), torch.float32: (5e-4, 1e-4)}
@@ -71,11 +71,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         pytest.skip("no g++: the contract header is checked on the GPU box instead")
     out = tmp_path_factory.mktemp("onepass_contract")
     (out / "shim.cpp").write_text(SHIM)
-    so = out / "shim.so"
-    res = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", f"-I{SRC}",
-                          str(out / "shim.cpp"), "-o", str(so)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return ctypes.CDLL(str(so))
+    return ctypes.CDLL(str(compile_host_cpp(out / "shim.cpp", SRC, out / "shim.so", shared=True, opt="-O1")))
 
 
 def _desc(shape, strides, dtype, *, addr=1 << 20, cuda=True, device=0, grad=False) -> list[int]:

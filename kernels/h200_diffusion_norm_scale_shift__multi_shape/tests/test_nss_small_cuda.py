@@ -30,7 +30,7 @@ import torch
 
 from kda_lab.families.norm_scale_shift import norm_scale_shift_oracle, scale_residual_norm_scale_shift_oracle
 from kda_lab.measure.correctness import compare
-from kda_lab.testing import assert_binding_compiles
+from kda_lab.testing import assert_binding_compiles, compile_host_cpp
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 SRC = TASK_DIR / "dev" / "small_cuda"
@@ -75,11 +75,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         pytest.skip("no g++: the contract header is checked on the GPU box instead")
     out = tmp_path_factory.mktemp("nss_contract")
     (out / "shim.cpp").write_text(SHIM)
-    so = out / "shim.so"
-    res = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", f"-I{SRC}",
-                          str(out / "shim.cpp"), "-o", str(so)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return ctypes.CDLL(str(so))
+    return ctypes.CDLL(str(compile_host_cpp(out / "shim.cpp", SRC, out / "shim.so", shared=True, opt="-O1")))
 
 
 class T:

@@ -5,11 +5,12 @@ fail: one by a wrong value, one by a read outside what the chunk staged)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from kda_lab.testing import compile_host_cpp
 
 HERE = Path(__file__).resolve().parent
 CORE_DIR = HERE.parent / "dev" / "pad_cuda"
@@ -17,12 +18,7 @@ CORE_DIR = HERE.parent / "dev" / "pad_cuda"
 
 @pytest.fixture(scope="module")
 def stage_checker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    assert cxx, "a C++ compiler (g++) is needed: nvcc needs one too"
-    exe = tmp_path_factory.mktemp("pad_stage_core") / "pad_stage_core_check"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{CORE_DIR}",
-                    str(HERE / "pad_stage_core_check.cpp"), "-o", str(exe)], check=True)
-    return exe
+    return compile_host_cpp(HERE / "pad_stage_core_check.cpp", CORE_DIR, tmp_path_factory.mktemp("pad_stage_core") / "pad_stage_core_check")
 
 
 def test_pad_stage_every_chunk_matches_the_reference_pad(stage_checker: Path) -> None:

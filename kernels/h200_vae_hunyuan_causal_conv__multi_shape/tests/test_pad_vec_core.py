@@ -4,11 +4,12 @@ pad_vec_core_check.cpp; the same program with the next-row merge left out must f
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from kda_lab.testing import compile_host_cpp
 
 HERE = Path(__file__).resolve().parent
 CORE_DIR = HERE.parent / "dev" / "pad_cuda"
@@ -16,12 +17,7 @@ CORE_DIR = HERE.parent / "dev" / "pad_cuda"
 
 @pytest.fixture(scope="module")
 def checker(tmp_path_factory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    assert cxx, "a C++ compiler (g++) is needed: nvcc needs one too"
-    exe = tmp_path_factory.mktemp("pad_vec_core") / "pad_vec_core_check"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{CORE_DIR}",
-                    str(HERE / "pad_vec_core_check.cpp"), "-o", str(exe)], check=True)
-    return exe
+    return compile_host_cpp(HERE / "pad_vec_core_check.cpp", CORE_DIR, tmp_path_factory.mktemp("pad_vec_core") / "pad_vec_core_check")
 
 
 def test_every_vector_matches_the_reference_pad(checker: Path) -> None:
