@@ -424,3 +424,31 @@ def test_a_candidate_newer_than_the_baseline_runs_shows_in_the_status(tmp_path: 
     assert task_report(root).status == "baseline measured"
     solution(task_dir, "c001", "proposed", "register", "2026-11-21T09:00:00Z", parent="c000")
     assert task_report(root).status == "baseline measured; c001 proposed, no GPU timing"
+
+
+def test_a_later_subset_bench_of_the_promoted_candidate_keeps_it_promoted(tmp_path: Path) -> None:
+    """The H200 GroupNorm ledger, 2026-11-27: after c007's promotion, an 11-row bench of c007 against the compile
+    peer (geomean 1.96x over those rows) turned the task into "benchmarked (best c007)" with the subset as its
+    headline. A check or bench of the promoted sources keeps it promoted and its evidence run the headline; with
+    nothing promoted, a `--rows` subset is never the headline while a full-table run exists."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    synthetic_history(task_dir)
+    subset = bench_rows(task_dir, run_id="r-c002-rows", mode="bench", cand="c002", factors=2.0,
+                        ts="2026-11-24T09:00:00Z")[:3]
+    ledger.append_benchmark_rows(task_dir, subset)
+    solution(task_dir, "c002", "benchmarked", "bench", "2026-11-24T09:01:00Z", evidence={"run_id": "r-c002-rows"})
+    solution(task_dir, "c002", "correct", "check", "2026-11-24T09:02:00Z")
+    t = task_report(root)
+    assert t.status == "promoted c002"
+    head, kind = t.headline()
+    assert (head.run_id, kind) == ("r-c002b", "promoted") and head.geomean == pytest.approx(1.2)
+
+    bare = lab_root(tmp_path / "bare", real_ledgers=False)
+    bare_dir = bare / "kernels" / FSS
+    ledger.append_benchmark_rows(bare_dir, bench_rows(bare_dir, run_id="full", mode="bench", cand="c001",
+                                                      factors=1.1, ts="2026-11-21T09:00:00Z"))
+    ledger.append_benchmark_rows(bare_dir, bench_rows(bare_dir, run_id="rows", mode="bench", cand="c001",
+                                                      factors=2.0, ts="2026-11-22T09:00:00Z")[:3])
+    head, kind = task_report(bare).headline()
+    assert (head.run_id, kind) == ("full", "best benchmarked, not promoted")

@@ -141,8 +141,10 @@ class TaskReport:
             if scored:
                 return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "promoted"
         scored = [r for r in self.bench_runs if r.geomean is not None]
-        if scored:
-            return max(scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "best benchmarked, not promoted"
+        # a `--rows` subset is not the task's headline: the best run over the whole production table is
+        full = [r for r in scored if {x["row"] for x in r.rows} >= {name for name, _ in self.production}]
+        if full or scored:
+            return max(full or scored, key=lambda r: (r.geomean, r.ts, r.run_id)), "best benchmarked, not promoted"
         return None, ""
 
     def peer_run(self) -> Run | None:
@@ -259,7 +261,10 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
         if c is None:
             c = lineage[cid] = Candidate(id=cid, parent=s.get("parent"), status=str(s.get("status")),
                                          source_hash=str(s.get("source_hash")), first_ts=str(s.get("ts")))
-        c.status = str(s.get("status"))
+        # A promoted candidate stays promoted until the exporter reverts it or promotes another: a later check or
+        # bench of the same sources (a peer comparison, a row subset) does not take it out of kda_kernels.
+        if not (c.status == "promoted" and s.get("event") in ("check", "bench", "interpret", "note")):
+            c.status = str(s.get("status"))
         if s.get("event") == "promote":
             ev = s.get("evidence") or {}
             c.promote_run = ev.get("run_id") if isinstance(ev, dict) else None
