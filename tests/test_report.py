@@ -443,12 +443,17 @@ def test_a_later_subset_bench_of_the_promoted_candidate_keeps_it_promoted(tmp_pa
     assert t.status == "promoted c002"
     head, kind = t.headline()
     assert (head.run_id, kind) == ("r-c002b", "promoted") and head.geomean == pytest.approx(1.2)
+    assert "| geomean vs torch.compile | 1.320× over 15 rows |" in report.render_leaderboard([t])
 
     bare = lab_root(tmp_path / "bare", real_ledgers=False)
     bare_dir = bare / "kernels" / FSS
     ledger.append_benchmark_rows(bare_dir, bench_rows(bare_dir, run_id="full", mode="bench", cand="c001",
-                                                      factors=1.1, ts="2026-11-21T09:00:00Z"))
+                                                      factors=1.1, ts="2026-11-21T09:00:00Z", compile_factor=None))
     ledger.append_benchmark_rows(bare_dir, bench_rows(bare_dir, run_id="rows", mode="bench", cand="c001",
                                                       factors=2.0, ts="2026-11-22T09:00:00Z")[:3])
     head, kind = task_report(bare).headline()
     assert (head.run_id, kind) == ("full", "best benchmarked, not promoted")
+    # the headline run timed no compile peer: the leaderboard names the run of the same sources that did
+    solution(bare_dir, "c001", "promoted", "promote", "2026-11-22T10:00:00Z", evidence={"run_id": "full"})
+    lb = report.render_leaderboard([task_report(bare)])
+    assert "| vs torch.compile | not measured in this run; run `rows` (same sources): 2.200× over 3 rows" in lb
