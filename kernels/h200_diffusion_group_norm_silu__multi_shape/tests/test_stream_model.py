@@ -7,25 +7,17 @@ d0dea7a:kernels/h200_diffusion_group_norm_silu__multi_shape/tests/test_stream_mo
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from kda_lab.testing import compile_host_cpp
 
 TASK = Path(__file__).resolve().parents[1]
 PATH_E = TASK / "dev" / "path_e"
 
 
 def test_stream_model_against_fp64_and_wrong_variants(tmp_path: Path) -> None:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ not on PATH")
-    exe = tmp_path / "stream_model"
-    build = subprocess.run([gxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{PATH_E}",
-                            str(TASK / "tests" / "stream_model.cpp"), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
+    exe = compile_host_cpp(TASK / "tests" / "stream_model.cpp", PATH_E, tmp_path / "stream_model")
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout

@@ -66,9 +66,6 @@ extern "C" int decide_flat(const int64_t* xi, const int64_t* wi, const int64_t* 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    cxx = shutil.which("g++")
-    if not cxx:
-        pytest.skip("no g++: the contract header is checked on the GPU box instead")
     out = tmp_path_factory.mktemp("onepass_contract")
     (out / "shim.cpp").write_text(SHIM)
     return ctypes.CDLL(str(compile_host_cpp(out / "shim.cpp", SRC, out / "shim.so", shared=True, opt="-O1")))

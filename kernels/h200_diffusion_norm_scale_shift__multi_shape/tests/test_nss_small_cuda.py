@@ -70,9 +70,6 @@ extern "C" int decide_flat(const int64_t* t, const int64_t* c, int64_t* out) {
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    cxx = shutil.which("g++")
-    if not cxx:
-        pytest.skip("no g++: the contract header is checked on the GPU box instead")
     out = tmp_path_factory.mktemp("nss_contract")
     (out / "shim.cpp").write_text(SHIM)
     return ctypes.CDLL(str(compile_host_cpp(out / "shim.cpp", SRC, out / "shim.so", shared=True, opt="-O1")))

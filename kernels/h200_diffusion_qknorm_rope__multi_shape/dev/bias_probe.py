@@ -9,7 +9,8 @@ bench's setup moves the baseline. This probe times the same row under impl sets 
   c009        baseline vs the candidate (no compile peer: `bench --no-compile`)
   c009+cmp    baseline vs the candidate vs the torch.compile peer (what `bench` times)
   base+cmp    baseline vs baseline with the compile peer beside them
-  own-sets    c009+cmp, but every impl mutating its own copy of the input sets (the harness shares one)
+  own-sets    c009+cmp, but every impl mutating its own copy of the input sets (the harness shared one until
+              this probe; `impl_arg_sets` now gives each side its own)
 
 Prints per-impl medians (us) per set; writes JSON to --out. Dev only: nothing goes to the ledgers.
 Run on the box from the repository root (after the staged SGLang is installed):
@@ -25,8 +26,8 @@ from pathlib import Path
 import torch
 
 from kda_lab.families import contract
-from kda_lab.measure.inputs import clone_args, make_inputs, rotation_count
-from kda_lab.measure.run import candidate_identity, resolve_baseline
+from kda_lab.measure.inputs import make_inputs, rotation_count
+from kda_lab.measure.run import candidate_identity, impl_arg_sets, resolve_baseline
 from kda_lab.measure.timing import GraphTimer, time_interleaved
 from kda_lab.task import load_task
 
@@ -56,8 +57,8 @@ def probe_row(task, w, cand, trials: int, seed: int) -> dict[str, dict[str, floa
             t = time_interleaved(timers, trials, seed)
             out[name] = {k: s.median for k, s in t.summaries.items()}
             del timers
-        own = {k: [clone_args(a) for a in shared] for k in ("baseline", "candidate", "compile")}
         fns = {"baseline": baseline, "candidate": cand, "compile": compiled}
+        own = impl_arg_sets(list(fns), shared, c.mutates)  # what `kda bench` now does for in-place functions
         timers = {k: GraphTimer(lambda a, f=fns[k]: f(**a), own[k]) for k in fns}
         t = time_interleaved(timers, trials, seed)
         out["own-sets"] = {k: s.median for k, s in t.summaries.items()}
