@@ -2,7 +2,7 @@
 ledger rows).
 
     python kernels/h200_diffusion_rotary_embedding__multi_shape/dev/ltx2_sweep.py [--rows a,b] [--trials 8]
-        [--variants c004,auto,...] [--all-variants-small]
+        [--variants c004,stream,flat_x1024_w4,persist,...] [--all-variants-small] [--dump-inductor]
 
 For each LTX-2 production row (task.toml), with the harness's own pieces (kda_lab.measure: L2-cold rotated input
 sets, one CUDA graph per implementation, interleaved samples, the same-size copy yardstick):
@@ -14,6 +14,12 @@ sets, one CUDA graph per implementation, interleaved samples, the same-size copy
   dynamic=False); "c005" = the registered entry point (plan_auto, kept launch); and each tile plan of
   src/ltx2_split_rope.py through run_ltx2_plan: "c004" (SGLang's geometry and grid order: c004's PTX), and the
   c005 variants below, each isolating one mechanism of docs/notes.md (c005);
+- c006 dev candidates (dev/ltx2_variants.py, the same per-element math, other launch structures): "flat_*"
+  (torch.compile's 1-D pointwise shape, XBLOCK elements per program) and "persist*" (c005's stream tile in a
+  grid of resident programs looping over tiles), through ltx2_variants.run_variant, checked like the rest;
+- --dump-inductor: the Triton source Inductor generates for the compile peer of the first row (dynamo reset,
+  caches off, torch._inductor.utils.run_and_get_code) goes to $OUT/inductor_<row>.py, headed by the launch
+  configs its autotuner kept (XBLOCK, num_warps, registers), so compile's geometry can be read beside ours;
 - rows below STREAM_MIN_ELEMS (small and mid rows, where plan_auto is c004's plan) time only SGLang, compile,
   c005, c004 and "stream", unless --all-variants-small.
 
@@ -34,6 +40,7 @@ from typing import Any
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TASK_DIR.parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ltx2_variants (c006 dev candidates)
 
 FN = "apply_ltx2_split_rotary_emb"
 # variant name -> plan function name in src/ltx2_split_rope.py (all exported by register.PLANS_LTX2)
@@ -47,26 +54,75 @@ VARIANTS: dict[str, str] = {
     "stream_h8": "plan_stream_h8",  # stream with 8 heads per program (compile's 1024-element blocks at D=128)
     "stream_evict": "plan_stream_evict",  # stream with evict_first on every load and store
 }
+# c006 dev candidates (dev/ltx2_variants.py: flat and persistent launches); imported lazily (Triton) in main
+DEV_VARIANTS = ("flat_x1024_w4", "flat_x2048_w4", "flat_x2048_w8", "flat_x4096_w8", "persist", "persist_o67",
+                "persist_s2", "persist_h8")
 SMALL_VARIANTS = ("c004", "stream")
+
+
+def dump_inductor(compiled: Any, args: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """Compile ``compiled`` afresh on ``args`` (dynamo reset, Inductor caches off so the code is generated, not
+    loaded) and write the output code Inductor generated (its Triton kernels inline) to ``path``, headed by the
+    configs each generated kernel's autotuner kept after the run (best effort: private Inductor attributes).
+    Returns those configs."""
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor.codecache import PyCodeCache
+    from torch._inductor.utils import run_and_get_code
+
+    known = dict(inductor_config.get_config_copy())
+    off = {k: v for k, v in (("force_disable_caches", True), ("fx_graph_cache", False)) if k in known}
+    seen = {id(m) for m in PyCodeCache.modules}
+    with inductor_config.patch(off):
+        _, codes = run_and_get_code(compiled, **args)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    kept: list[dict[str, Any]] = []
+    for module in PyCodeCache.modules:
+        if id(module) in seen:
+            continue
+        for attr, value in vars(module).items():
+            launchers = getattr(value, "launchers", None)
+            if not launchers:
+                continue
+            for launcher in launchers:
+                cfg = getattr(launcher, "config", None)
+                kept.append({"kernel": attr, "kwargs": dict(getattr(cfg, "kwargs", {}) or {}),
+                             "num_warps": getattr(cfg, "num_warps", None),
+                             "num_stages": getattr(cfg, "num_stages", None),
+                             "n_regs": getattr(launcher, "n_regs", None),
+                             "n_spills": getattr(launcher, "n_spills", None),
+                             "candidates": len(getattr(value, "configs", []) or [])})
+    header = "".join(f"# kept config: {json.dumps(k)}\n" for k in kept) or "# kept config: (none found)\n"
+    path.write_text(f"# Inductor output code for the torch.compile peer (torch {torch.__version__})\n{header}\n"
+                    + "\n\n# ---- next output code ----\n\n".join(codes))
+    return kept
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="", help="comma-separated row names (default: every LTX-2 production row)")
     ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
+    known = [*VARIANTS, *DEV_VARIANTS]
+    ap.add_argument("--variants", default=",".join(known), help=f"subset of {','.join(known)}")
     ap.add_argument("--all-variants-small", action="store_true", help="every variant on the small rows too")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    ap.add_argument("--dump-inductor", action="store_true",
+                    help="write Inductor's generated code for the first row's compile peer to $OUT/inductor_<row>.py")
     opt = ap.parse_args()
-    unknown = [v for v in opt.variants.split(",") if v and v not in VARIANTS]
+    unknown = [v for v in opt.variants.split(",") if v and v not in known]
     if unknown:
-        ap.error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+        ap.error(f"unknown variants {unknown}; known: {known}")
+    if opt.dump_inductor and opt.no_compile:
+        ap.error("--dump-inductor needs the compile peer (drop --no-compile)")
 
     import torch
 
     if not torch.cuda.is_available():
         print("ltx2_sweep: needs a CUDA GPU (the H200); nothing to do here", file=sys.stderr)
         return 2
+
+    import ltx2_variants as dev
 
     from kda_lab.families import contract
     from kda_lab.measure.inputs import make_inputs, rotation_count
@@ -75,6 +131,9 @@ def main() -> int:
     from kda_lab.task import load_task
     from kda_lab.task.schema import load_candidate
 
+    assert tuple(dev.VARIANTS) == DEV_VARIANTS, "DEV_VARIANTS out of step with ltx2_variants.VARIANTS"
+    out_dir = Path(os.environ.get("OUT", "/tmp"))
+    inductor: dict[str, Any] = {}
     t_start = time.perf_counter()
     task = load_task(TASK_DIR)
     cand = load_candidate(task)
@@ -102,11 +161,22 @@ def main() -> int:
         names = [v for v in opt.variants.split(",") if v and (large or opt.all_variants_small or v in SMALL_VARIANTS)]
         impls: dict[str, Any] = {"sglang": lambda a: baseline(**a), "c005": lambda a: cand.apply_ltx2_split_rotary_emb(**a)}
         for name in names:
-            impls[name] = lambda a, p=plans[VARIANTS[name]]: cand.run_ltx2_plan(a["x"], a["cos"], a["sin"], p)
+            if name in DEV_VARIANTS:
+                impls[name] = lambda a, n=name: dev.run_variant(a["x"], a["cos"], a["sin"], n)
+            else:
+                impls[name] = lambda a, p=plans[VARIANTS[name]]: cand.run_ltx2_plan(a["x"], a["cos"], a["sin"], p)
         if not opt.no_compile:
             torch._dynamo.reset()  # a fresh dynamo cache per row (the recompile limit), as kda bench does
             compiled = torch.compile(c.torch_reference, dynamic=False)
             impls["compile"] = lambda a, f=compiled: f(**a)
+            if opt.dump_inductor and not inductor:
+                path = out_dir / f"inductor_{w.name}.py"
+                try:
+                    kept = dump_inductor(compiled, a0, path)
+                    inductor = {"row": w.name, "path": str(path), "kept": kept}
+                except Exception as exc:  # a dev aid: report and go on timing  # noqa: BLE001
+                    inductor = {"row": w.name, "error": repr(exc)}
+                print(f"inductor dump: {json.dumps(inductor)}", flush=True)
         want = baseline(**a0)
         checks: dict[str, bool] = {}
         for name, call in impls.items():
@@ -146,7 +216,7 @@ def main() -> int:
         del timers, arg_sets, a0, want
         torch.cuda.empty_cache()
 
-    cols = ["sglang", "compile", "c005", *VARIANTS]
+    cols = ["sglang", "compile", "c005", *VARIANTS, *DEV_VARIANTS]
     cols = [n for n in cols if any(n in r["us"] for r in results)]
     print("\nus per call (median of interleaved CUDA-graph samples); x = speedup vs SGLang; c = vs compile")
     print(f"{'row':38s} " + " ".join(f"{n:>12s}" for n in cols) + f" {'copy':>8s}")
@@ -163,9 +233,11 @@ def main() -> int:
     for r in results:
         vc = r["speedup_vs_compile"]
         print(f"{r['row']:38s} " + " ".join(f"{n}={vc[n]:.3f}" for n in cols if n in vc and n != "compile"))
-    out = Path(os.environ.get("OUT", "/tmp")) / "ltx2_sweep.json"
+    out = out_dir / "ltx2_sweep.json"
+    dev_plans = {n: {"kind": type(p).__name__, **p._asdict()} for n, p in dev.VARIANTS.items()}
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(device), "trials": opt.trials,
-                               "variants": VARIANTS, "stream_min_elems": ltx2.STREAM_MIN_ELEMS, "rows": results,
+                               "variants": VARIANTS, "dev_variants": dev_plans, "inductor": inductor,
+                               "stream_min_elems": ltx2.STREAM_MIN_ELEMS, "rows": results,
                                "seconds": time.perf_counter() - t_start}, indent=1))
     print(f"wrote {out} ({time.perf_counter() - t_start:.0f} s)")
     return 0
