@@ -262,7 +262,7 @@ interpret.ensure_interpreter()
 interpret.install_shims()
 from kda_kernels.registry import target
 FNS = ("apply_rotary_embedding", "apply_ltx2_split_rotary_emb", "fuse_layernorm_scale_shift_gate_select01_kernel",
-       "fuse_residual_layernorm_scale_shift_gate_select01_kernel")
+       "fuse_residual_layernorm_scale_shift_gate_select01_kernel", "fuse_scale_shift_kernel")
 sg = {}
 for fn in FNS:
     mod_name, _, name = target(fn).sglang.partition(":")
@@ -280,12 +280,14 @@ def _sglang_wrong(row: dict) -> bool:  # overlay_fuzz_cases.sglang_wrong, on the
 
 @pytest.mark.parametrize("arch", ["h200", "baseline"])
 def test_rotary_and_select01_layout_fuzz_in_the_interpreter(arch):
-    """apply_rotary_embedding, apply_ltx2_split_rotary_emb and the select01 LayerNorm pair over their layout cases
+    """apply_rotary_embedding, apply_ltx2_split_rotary_emb, the select01 LayerNorm pair and fuse_scale_shift_kernel over
+    their layout cases
     (fp32 and fp16 copies of the tiny rows, plus the hand-written layouts) in Triton's interpreter, SGLang's Triton
     kernels and the overlay both against the fp64 oracle. ``h200``: KDA_FORCE_ARCH routes CPU tensors to the
     promoted h200 impls (SGLang's kernel for what they hand back); ``baseline``: the overlay's path on every other
-    device (the canonicalization in front of SGLang's own kernel). The residual select01 is not promoted: its
-    contract's canonicalization is put in front of SGLang's kernel by hand, as the overlay will once it is."""
+    device (the canonicalization in front of SGLang's own kernel). A function that is not promoted gets its
+    contract's canonicalization in front of SGLang's kernel by hand, as the overlay does once it is (all four are
+    promoted since fuse_scale_shift c006; the branch stays for a future demotion)."""
     r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, """
     from sglang.kernels.ops import diffusion as D
     from kda_kernels.contracts import CONTRACTS
@@ -308,7 +310,8 @@ def test_rotary_and_select01_layout_fuzz_in_the_interpreter(arch):
     emit({"info": info, "rows": rows})
     """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": arch}, timeout=1200)
     promoted = {"apply_rotary_embedding", "apply_ltx2_split_rotary_emb",
-                "fuse_layernorm_scale_shift_gate_select01_kernel"}
+                "fuse_layernorm_scale_shift_gate_select01_kernel",
+                "fuse_residual_layernorm_scale_shift_gate_select01_kernel", "fuse_scale_shift_kernel"}
     for fn, i in r["info"].items():
         want = {"installed": fn in promoted, "forced_arch": arch if fn in promoted else None,
                 "baseline_is_interpreted": True}

@@ -55,7 +55,7 @@ VARIANTS: dict[str, str] = {
     "stream_evict": "plan_stream_evict",  # stream with evict_first on every load and store
 }
 # c006 dev candidates (dev/ltx2_variants.py: flat and persistent launches); imported lazily (Triton) in main
-DEV_VARIANTS = ("flat_x1024_w4", "flat_x2048_w4", "flat_x2048_w8", "flat_x4096_w8", "persist", "persist_o67",
+DEV_VARIANTS = ("flat_x1024_w4", "flat_x2048_w4", "flat_x2048_w8", "flat_x4096_w8", "flat_x1024_w4_el", "flat_x2048_w8_el", "persist", "persist_o67",
                 "persist_s2", "persist_h8")
 SMALL_VARIANTS = ("c004", "stream")
 

@@ -72,6 +72,7 @@ def _ltx2_flat_kernel(
     EVEN: tl.constexpr,  # N_ELEMS % XBLOCK == 0: no masks
     NATIVE_CVT: tl.constexpr,  # False under the CPU interpreter (its fp32 -> bf16 cast truncates)
     WIDE: tl.constexpr,  # int64 offsets
+    EVICT: tl.constexpr = "",  # eviction policy of every load ("evict_last": Inductor's choice for this kernel)
 ):
     pid = tl.program_id(0)
     if WIDE:
@@ -90,16 +91,16 @@ def _ltx2_flat_kernel(
     cos_off = batch * STRIDE_COS_B + head * STRIDE_COS_H + token * STRIDE_COS_T + col
     sin_off = batch * STRIDE_SIN_B + head * STRIDE_SIN_H + token * STRIDE_SIN_T + col
     if EVEN:
-        own = tl.load(x_ptr + idx)
-        other = tl.load(x_ptr + partner)
-        cos = tl.load(cos_ptr + cos_off)
-        sin = tl.load(sin_ptr + sin_off)
+        own = tl.load(x_ptr + idx, eviction_policy=EVICT)
+        other = tl.load(x_ptr + partner, eviction_policy=EVICT)
+        cos = tl.load(cos_ptr + cos_off, eviction_policy=EVICT)
+        sin = tl.load(sin_ptr + sin_off, eviction_policy=EVICT)
     else:
         mask = idx < N_ELEMS
-        own = tl.load(x_ptr + idx, mask=mask, other=0.0)
-        other = tl.load(x_ptr + partner, mask=mask, other=0.0)
-        cos = tl.load(cos_ptr + cos_off, mask=mask, other=0.0)
-        sin = tl.load(sin_ptr + sin_off, mask=mask, other=0.0)
+        own = tl.load(x_ptr + idx, mask=mask, other=0.0, eviction_policy=EVICT)
+        other = tl.load(x_ptr + partner, mask=mask, other=0.0, eviction_policy=EVICT)
+        cos = tl.load(cos_ptr + cos_off, mask=mask, other=0.0, eviction_policy=EVICT)
+        sin = tl.load(sin_ptr + sin_off, mask=mask, other=0.0, eviction_policy=EVICT)
 
     # SGLang: first half (x*cos).to(bf16).to(fp32) + (-x2.f32 * sin.f32), second half ... + x1.f32 * sin.f32.
     if NATIVE_CVT:
@@ -180,6 +181,7 @@ class FlatPlan(NamedTuple):
 
     xblock: int
     num_warps: int
+    evict: str = ""
 
 
 class PersistPlan(NamedTuple):
@@ -199,6 +201,10 @@ VARIANTS: dict[str, FlatPlan | PersistPlan] = {
     "flat_x2048_w4": FlatPlan(2048, 4),
     "flat_x2048_w8": FlatPlan(2048, 8),
     "flat_x4096_w8": FlatPlan(4096, 8),
+    # Inductor's kernel for this math (dumped on the H200, 2026-11-27: XBLOCK 1024, 4 warps, 32 registers) loads
+    # every operand with evict_last (x is read twice: own and partner); the plain flat variants do not
+    "flat_x1024_w4_el": FlatPlan(1024, 4, "evict_last"),
+    "flat_x2048_w8_el": FlatPlan(2048, 8, "evict_last"),
     "persist": PersistPlan(16, 1.0, 1),
     "persist_o67": PersistPlan(16, 2 / 3, 1),
     "persist_s2": PersistPlan(16, 1.0, 2),
@@ -238,7 +244,7 @@ def launch_flat(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torc
     wide = _reach(x, cos, sin, num_heads, half_dim, plan.xblock) > INT32_LIMIT
     grid = (triton.cdiv(n, plan.xblock),)
     return _ltx2_flat_kernel[grid](out, x, cos, sin, n, seq_len, num_heads, half_dim, *_tables(cos, sin), plan.xblock,
-                            n % plan.xblock == 0, _native_cvt(x), wide, num_warps=plan.num_warps)
+                            n % plan.xblock == 0, _native_cvt(x), wide, plan.evict, num_warps=plan.num_warps)
 
 
 def _resident_per_sm(compiled: object, num_warps: int) -> int:

@@ -1,6 +1,16 @@
-"""Candidate c005: a Triton kernel for the two select01 LayerNorm modulation functions (ln_select01.py: the
-semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the bound beside the kernel);
-``fuse_scale_shift_kernel`` stays on SGLang's own kernel.
+"""Candidate c006: c005's Triton kernel for the two select01 LayerNorm modulation functions (ln_select01.py: the
+semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the bound beside the kernel),
+plus ``fuse_scale_shift_kernel`` on a memory-order MulAdd kernel with a kept launch (muladd.py: why, the byte
+model and the bound).
+
+Contract of the MulAdd kernel (SGLang's wrapper, the ``fuse_scale_shift_kernel_blc_opt`` path): x ``[B,L,C]``
+contiguous fp32/fp16/bf16 with B*L*C > 0; scale and shift fp32/fp16/bf16, each 0-D or one element (a scalar),
+``[B|1, C]`` or ``[B|1, L|1, C]`` with any strides (shift may also be anything ``expand(B, L, C)`` accepts, as
+in SGLang), not both scalars (SGLang's all-zero copy path); ``scale_constant`` a Python int or float. A 4-D
+(per-frame) scale, both-scalar modulation, other dtypes or devices, autograd and torch.compile tracing go to
+SGLang's function, which also raises where SGLang raises (a 1-D ``[C]`` scale, a non-contiguous x, shapes that
+do not broadcast). The first call of a signature (shapes, strides, dtypes, devices, ``scale_constant``) runs
+the checks and Triton's dispatch; later calls repeat its compiled launch (``kda_kernels.launch_cache``).
 
 Contract of the c005 kernel (prompt.md K), everything else goes to SGLang's function (``lazy_baseline``, from
 the module that defines it, never from the facade the overlay rebinds), which also raises where SGLang raises:
@@ -26,8 +36,9 @@ from __future__ import annotations
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import runs_here
+from kda_kernels.launch_cache import LaunchCache, current_device, may_repeat, runs_here
 
+from . import muladd
 from .ln_select01 import MAX_C, launch
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -35,6 +46,10 @@ _INDEX_DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, 
 
 _sglang_select01 = lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel")
 _sglang_residual_select01 = lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel")
+_sglang_muladd = lazy_baseline("fuse_scale_shift_kernel")
+
+MULADD_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
+KEEP_ON_CPU = False  # tests/test_kept_launch.py: CPU tensors through the hot path (Triton's driver stood in for)
 
 
 def _dense_rows(t: object, shape: torch.Size) -> bool:
@@ -104,8 +119,73 @@ def fuse_residual_layernorm_scale_shift_gate_select01_kernel(
     return y, residual_out, gate_out
 
 
+def _muladd_signature(x: object, scale: object, shift: object, scale_constant: object) -> tuple[object, ...] | None:
+    """Everything the MulAdd checks and plan depend on, for exact CUDA tensors; None otherwise (the checked path
+    every time)."""
+    if x.__class__ is not torch.Tensor or scale.__class__ is not torch.Tensor \
+            or shift.__class__ is not torch.Tensor or scale_constant.__class__ not in (int, float) \
+            or not (x.is_cuda or KEEP_ON_CPU):  # type: ignore[attr-defined]
+        return None
+    x_, sc, sh = x, scale, shift  # type: ignore[assignment]
+    return (x_.shape, x_.stride(), x_.dtype, x_.get_device(), sc.shape, sc.stride(), sc.dtype,  # type: ignore[attr-defined]
+            sc.get_device(), sh.shape, sh.stride(), sh.dtype, sh.get_device(),  # type: ignore[attr-defined]
+            scale_constant.__class__, scale_constant, current_device())
+
+
+def _as_blc(t: torch.Tensor, x_shape: torch.Size, is_shift: bool) -> tuple[torch.Tensor, tuple[int, int, int], bool]:
+    """SGLang's mapping of a modulation tensor onto [B,L,C]: (kernel argument, strides of its [B,L,C] view,
+    is a scalar). Raises where SGLang's ``expand`` raises (the caller then hands the call to SGLang)."""
+    if t.dim() == 0 or (t.dim() == 1 and t.numel() == 1):
+        return t.reshape(1), (0, 0, 0), True
+    if t.dim() == 2:
+        blc = t[:, None, :]
+    elif t.dim() == 3 or is_shift:  # SGLang expands any other shift as it is; any other scale raises
+        blc = t
+    else:
+        raise ValueError("scale must be 0D/1D(1)/2D/3D or 4D")
+    s_b, s_l, s_c = blc.expand(*x_shape).stride()
+    return t, (s_b, s_l, s_c), False
+
+
+def fuse_scale_shift_kernel(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, scale_constant: float = 1.0,
+                            block_l: int = 128, block_c: int = 128) -> torch.Tensor:
+    key = _muladd_signature(x, scale, shift, scale_constant)
+    kept = MULADD_LAUNCHES.get(key) if key is not None else None
+    if kept is not None:
+        y = torch.empty_like(x)
+        if may_repeat(x, scale, shift, y):
+            kept(x, shift, scale, y)
+            return y
+    return _muladd_checked(x, scale, shift, scale_constant, block_l, block_c, key)
+
+
+def _muladd_checked(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, scale_constant: float,
+                    block_l: int, block_c: int, key: tuple[object, ...] | None) -> torch.Tensor:
+    def sglang() -> torch.Tensor:
+        return _sglang_muladd(x, scale, shift, scale_constant, block_l, block_c)
+
+    if not (isinstance(x, torch.Tensor) and isinstance(scale, torch.Tensor) and isinstance(shift, torch.Tensor)) \
+            or scale_constant.__class__ not in (int, float):
+        return sglang()
+    if x.dim() != 3 or not x.is_contiguous() or x.numel() == 0 or scale.dim() == 4 \
+            or any(t.dtype not in _FLOATS for t in (x, scale, shift)) or not runs_here(x, scale, shift):
+        return sglang()
+    try:
+        scale_arg, scale_strides, scale_scalar = _as_blc(scale, x.shape, is_shift=False)
+        shift_arg, shift_strides, shift_scalar = _as_blc(shift, x.shape, is_shift=True)
+    except (RuntimeError, ValueError):
+        return sglang()  # SGLang raises the same error
+    if scale_scalar and shift_scalar:
+        return sglang()  # SGLang's all-zero check (a host sync) and copy path
+    y, kept = muladd.launch(x, scale_arg, scale_strides, scale_scalar, shift_arg, shift_strides, shift_scalar,
+                            scale_constant)
+    if key is not None and may_repeat(x, scale, shift, y):
+        MULADD_LAUNCHES.keep(key, kept)
+    return y
+
+
 EXPORTS = {
-    "fuse_scale_shift_kernel": lazy_baseline("fuse_scale_shift_kernel"),
+    "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
     "fuse_layernorm_scale_shift_gate_select01_kernel": fuse_layernorm_scale_shift_gate_select01_kernel,
     "fuse_residual_layernorm_scale_shift_gate_select01_kernel": fuse_residual_layernorm_scale_shift_gate_select01_kernel,
 }
