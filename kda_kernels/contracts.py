@@ -166,6 +166,46 @@ def _unit_last_stride(t: Any) -> Any:
     return t.contiguous() if isinstance(t, Tensor) and t.dim() and t.stride(-1) != 1 and t.size(-1) > 1 else t
 
 
+QKNORM_ALIGN_BYTES = 16  # the widest vector SGLang's qknorm_rope.cuh loads and stores (16-byte accesses)
+
+
+def _aligned_copy(t: Any) -> Any:
+    """``t`` itself when it is not a tensor or its address is a multiple of QKNORM_ALIGN_BYTES; else the same values
+    at an aligned address with the same sizes and strides (``empty_strided`` allocations are aligned)."""
+    if not isinstance(t, Tensor) or t.data_ptr() % QKNORM_ALIGN_BYTES == 0 or t.numel() == 0:
+        return t
+    u = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+    u.copy_(t)
+    return u
+
+
+# SGLang 0.5.23's ``fused_inplace_qknorm_rope`` (JIT CUDA, ``qknorm_rope.cuh``) assumes 16-byte-aligned q, k,
+# weights and cache: a view a few elements into its storage makes it fault with ``CUDA error: misaligned address``
+# (H200 GPU fuzz, 2026-11-27: the ``offset`` variant of a T = 129 row), a sticky error that ends the process. Its
+# callers pass aligned tensors; a direct call need not. Every path gets aligned copies (same sizes and strides, so
+# SGLang still refuses what it refuses), and the in-place results are copied back into the caller's q and k.
+_QKNORM_OPERANDS = ((0, "q"), (1, "k"), (2, "q_weight"), (3, "k_weight"), (4, "cos_sin_cache"), (5, "positions"))
+
+
+def _canonical_qknorm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """(args, kwargs) with misaligned operands replaced by aligned copies, plus a finish callback that writes the
+    copies of q and k back (None when nothing was copied: the common path costs six address checks)."""
+    new_args, new_kwargs = _rewrite_args(args, kwargs, ((i, n, _aligned_copy) for i, n in _QKNORM_OPERANDS))
+    if new_args is args and new_kwargs is kwargs:
+        return args, kwargs, None
+    pairs = []
+    for i, name in _QKNORM_OPERANDS[:2]:
+        before = args[i] if i < len(args) else kwargs.get(name)
+        after = new_args[i] if i < len(new_args) else new_kwargs.get(name)
+        if after is not before:
+            pairs.append((before, after))
+
+    def finish() -> None:
+        for caller, copy in pairs:
+            caller.copy_(copy)
+    return new_args, new_kwargs, finish
+
+
 # SGLang 0.5.23's Triton kernels index weight/bias as if contiguous (they read ``weight_ptr + c``): a strided or
 # broadcast [C] view (``torch.randn(2*C)[::2]``, ``w.expand(C)``) gives wrong values. The [C] vectors are tiny, so
 # the overlay hands every path (KDA impl or SGLang) contiguous copies.
@@ -326,7 +366,9 @@ class Contract:
     accepts: Callable[..., bool] | None = None  # optional kind: SGLang returns a tensor iff this holds
     out_signature: inspect.Signature | None = None  # out kind: the mutating variant kda::<name>_out
     first_tensor: str = "x"
-    # (args, kwargs) -> (args, kwargs): inputs SGLang accepts but computes wrong, rewritten for every path
+    # (args, kwargs) -> (args, kwargs) or (args, kwargs, finish): inputs SGLang accepts but computes wrong (or
+    # faults on), rewritten for every path; ``finish`` (or None), called after the call, writes in-place results
+    # computed on copies back into the caller's tensors
     canonical: Callable[..., Any] | None = None
 
     @property
@@ -348,7 +390,7 @@ def _c(fn: Callable[..., Any], fake: Callable[..., Any] | None, mutates: tuple[s
 
 
 CONTRACTS: dict[str, Contract] = {c.function: c for c in (
-    _c(fused_inplace_qknorm_rope, _fake_none, ("q", "k")),
+    _c(fused_inplace_qknorm_rope, _fake_none, ("q", "k"), canonical=_canonical_qknorm),
     _c(norm_infer, _fake_contig0, op_signature=_sig(_norm_infer_noout), out_signature=_sig(_norm_infer_out)),
     _c(triton_one_pass_rms_norm, _fake_contig0, canonical=_canonical_one_pass_rms_norm),
     _c(triton_group_norm_silu, _fake_group_norm_silu, canonical=_canonical_group_norm_silu),

@@ -161,8 +161,11 @@ def _canonicalized(run: Callable[..., Any], canonical: Callable[..., Any]) -> Ca
     """Inputs SGLang accepts but computes wrong (see ``contracts``) rewritten before any path sees them."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        args, kwargs = canonical(args, kwargs)
-        return run(*args, **kwargs)
+        rewritten = canonical(args, kwargs)
+        out = run(*rewritten[0], **rewritten[1])
+        if len(rewritten) == 3 and rewritten[2] is not None:
+            rewritten[2]()  # in-place results computed on copies, back into the caller's tensors
+        return out
 
     call.kda_memo = run.__dict__.get("kda_memo")  # type: ignore[attr-defined]
     return call

@@ -613,3 +613,74 @@ EXPORTS = {"fuse_scale_shift_kernel": fuse_scale_shift_kernel}
     assert r["runner_is_impl"]
     assert overhead < 2.0, "the eager public path must not go through the dispatcher"
     assert r["public"] < r["op"]
+
+
+# ------------------------------------------------------------------------------------ in-place canonicalization
+
+def _qknorm_call(offset: int) -> tuple[dict, dict]:
+    """fused_inplace_qknorm_rope operands (bf16 q/k [T, H, D], fp32 cache), each float tensor a view ``offset``
+    elements into its storage; returns (kwargs, the untouched originals' values)."""
+    import torch
+
+    def view(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        n = int(torch.tensor(shape).prod())
+        flat = torch.randn(n + offset).to(dtype)
+        return flat[offset:].view(*shape)
+
+    kw = {"q": view(5, 4, 64, dtype=torch.bfloat16), "k": view(5, 2, 64, dtype=torch.bfloat16),
+          "q_weight": view(64, dtype=torch.bfloat16), "k_weight": view(64, dtype=torch.bfloat16),
+          "cos_sin_cache": view(16, 64, dtype=torch.float32), "positions": torch.arange(5), "is_neox": True}
+    return kw, {k: v.clone() for k, v in kw.items() if isinstance(v, torch.Tensor)}
+
+
+def _recording_run(seen: list) -> object:
+    def run(q, k, q_weight, k_weight, cos_sin_cache, positions, *, is_neox, **rest):
+        seen.append({n: (t.data_ptr() % 16, t.stride(), t) for n, t in
+                     (("q", q), ("k", k), ("q_weight", q_weight), ("cos_sin_cache", cos_sin_cache))})
+        q.add_(1.0)  # what an in-place kernel does to its q and k
+        k.mul_(2.0)
+    return run
+
+
+def test_misaligned_inplace_qknorm_runs_on_aligned_copies_and_writes_back():
+    """SGLang's qknorm_rope.cuh faults on a 14-byte-offset q/k (H200 GPU fuzz, 2026-11-27): every path gets
+    16-byte-aligned copies with the same strides, and q and k receive the in-place results."""
+    import torch
+
+    from kda_kernels.contracts import CONTRACTS
+    from kda_kernels.dispatch import _canonicalized
+
+    canonical = CONTRACTS["fused_inplace_qknorm_rope"].canonical
+    kw, before = _qknorm_call(offset=7)
+    assert all(kw[n].data_ptr() % 16 for n in ("q", "k", "q_weight", "cos_sin_cache"))
+    seen: list = []
+    _canonicalized(_recording_run(seen), canonical)(**kw)
+    (got,) = seen
+    for name in ("q", "k", "q_weight", "cos_sin_cache"):
+        align, stride, t = got[name]
+        assert align == 0 and stride == kw[name].stride() and t is not kw[name], name
+    assert torch.equal(kw["q"], before["q"] + 1.0) and torch.equal(kw["k"], before["k"] * 2.0)
+    assert torch.equal(kw["q_weight"], before["q_weight"])  # read-only operands are not written back
+    # positional call, the same rewrite
+    kw2, before2 = _qknorm_call(offset=7)
+    seen.clear()
+    args = [kw2[n] for n in ("q", "k", "q_weight", "k_weight", "cos_sin_cache", "positions")]
+    _canonicalized(_recording_run(seen), canonical)(*args, is_neox=True)
+    assert seen[0]["q"][0] == 0 and torch.equal(kw2["q"], before2["q"] + 1.0)
+    # a rewrite without the write-back (the deliberately wrong variant) leaves the caller's q untouched: the
+    # assertion above is what catches it
+    kw3, before3 = _qknorm_call(offset=7)
+    _canonicalized(_recording_run([]), lambda a, k: canonical(a, k)[:2])(**kw3)
+    assert torch.equal(kw3["q"], before3["q"])
+
+
+def test_aligned_inplace_qknorm_is_passed_through_untouched():
+    from kda_kernels.contracts import CONTRACTS
+    from kda_kernels.dispatch import _canonicalized
+
+    kw, _ = _qknorm_call(offset=0)
+    seen: list = []
+    _canonicalized(_recording_run(seen), CONTRACTS["fused_inplace_qknorm_rope"].canonical)(**kw)
+    assert all(seen[0][n][2] is kw[n] for n in ("q", "k", "q_weight", "cos_sin_cache"))
+    args, kwargs, finish = CONTRACTS["fused_inplace_qknorm_rope"].canonical((), kw)
+    assert finish is None and kwargs is kw
