@@ -349,3 +349,22 @@ def test_rotary_and_select01_ops_pass_opcheck_in_the_interpreter():
     assert any(n.endswith("/x_batch_permuted") for n in r["checked"]["kda.apply_ltx2_split_rotary_emb.default"])
     # SGLang asserts a contiguous x: the select01 "/strided" cases are refused, not failed
     assert any(k.endswith("/strided") and "select01" in k for k in r["refused"]), r["refused"]
+
+
+def test_cases_sglang_faults_on_are_not_run_and_the_overlay_must_be_right_there():
+    """fused_inplace_qknorm_rope faults the GPU on misaligned operands (sticky: it would end the fuzz's process),
+    so the fuzz does not call SGLang there; the overlay must still be right. CPU tensors never fault."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import overlay_fuzz_cases as fz
+
+    flat = torch.randn(70)
+    args = {"q": flat[7:].view(7, 9), "positions": torch.arange(3)}
+    assert fz.sglang_faults("fused_inplace_qknorm_rope", args) is None  # CPU
+    assert fz.sglang_faults("norm_infer", args) is None
+    assert fz.sglang_refusal("fused_inplace_qknorm_rope", lambda **a: 1 / 0, args)  # CPU: probed as before
+    row = {"sglang": {"error": "not run: faults", "faults": True}}
+    assert fz.verdict({**row, "overlay": {"ok": True}}) is None
+    assert fz.verdict({**row, "overlay": {"error": "RuntimeError: x"}})  # an overlay refusal is wrong here
+    assert fz.verdict({**row, "overlay": {"ok": False, "max_abs_err": 3.0}})
