@@ -112,28 +112,28 @@ def test_fp32_modulation_of_half_x(dtype: torch.dtype) -> None:
         assert close_to_oracle(ours, a), case
 
 
-@pytest.mark.parametrize("min_programs", [1, 10**9], ids=["sglang_tile", "smallest_tile"])
-def test_every_tile_of_the_plan(min_programs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fine_below", [1, 10**9], ids=["sglang_tile", "fine_tile"])
+def test_every_tile_of_the_plan(fine_below: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """4096-element tiles (4 rows of 1024 at C = 1000: masked columns, tiles across the batch boundary at L = 5)
-    and the smallest tiles (one row of BLOCK_C) give SGLang's bits."""
-    monkeypatch.setattr(MULADD, "MIN_PROGRAMS", min_programs)
+    and the 1024-element tiles (one row of BLOCK_C) give SGLang's bits."""
+    monkeypatch.setattr(MULADD, "FINE_BELOW_PROGRAMS", fine_below)
     p = MULADD.plan(15, 1000)
-    assert (p.block_l, p.block_c) == ((4, 1024) if min_programs == 1 else (1, 1024))
+    assert (p.block_l, p.block_c) == ((4, 1024) if fine_below == 1 else (1, 1024))
     torch.manual_seed(23)
     a = make("token_scale_bc_shift", torch.float32)
     assert torch.equal(CAND.EXPORTS[FN](**a), sglang()(**a))
 
 
 def test_plan_on_the_production_rows() -> None:
-    """Large rows keep SGLang's 4096-element tile (memory order is the change); calls of a few dozen tokens get
-    tiles small enough to reach every SM; every tile covers its rows exactly once."""
-    big = MULADD.plan(27030, 3072)
-    assert (big.block_l, big.block_c, big.n_col_blocks) == (4, 1024, 3) and big.grid == 3 * 6758
-    for rows in (19, 47, 55, 189, 195):
-        p = MULADD.plan(rows, 3072)
-        assert p.block_l * p.block_c >= MULADD.MIN_TILE_ELEMS
-        assert p.grid >= MULADD.MIN_PROGRAMS or p.block_l * p.block_c == MULADD.MIN_TILE_ELEMS
+    """Launches of 8+ waves keep SGLang's 4096-element tile (memory order is the change); shorter ones (the
+    8424- and 4096-token rows, the calls of a few dozen tokens) take 1024-element tiles; every tile covers its rows
+    exactly once."""
+    for rows, c, tile in ((27030, 3072, 4096), (18144, 3072, 4096), (37800, 5120, 4096), (8424, 3072, 1024),
+                          (4096, 3072, 1024), (19, 3072, 1024), (195, 3072, 1024)):
+        p = MULADD.plan(rows, c)
+        assert p.block_l * p.block_c == tile, (rows, c)
         assert (p.grid // p.n_col_blocks) * p.block_l >= rows > (p.grid // p.n_col_blocks - 1) * p.block_l
+    assert MULADD.plan(27030, 3072).grid == 3 * 6758
 
 
 # ------------------------------------------------------------------------------------ the check bites

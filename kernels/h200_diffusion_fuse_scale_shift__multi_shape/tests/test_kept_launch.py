@@ -1,4 +1,4 @@
-"""The MulAdd kept launch (kda_kernels.launch_cache) hands Triton's C launcher exactly what Triton's own dispatch
+"""The MulAdd and select01 kept launches (kda_kernels.launch_cache) hands Triton's C launcher exactly what Triton's own dispatch
 hands it.
 
 Runs on a CPU host: a child process without the interpreter compiles the real kernel for sm_90a offline, with
@@ -49,6 +49,29 @@ def _child() -> None:
         start = len(launches)
         outs = [reg.fuse_scale_shift_kernel(*args), reg.fuse_scale_shift_kernel(*args)]
         report[name] = {"launches": launches[start:], "outs": [o.data_ptr() for o in outs]}
+    # the select01 pair: plain and residual, with and without weight/bias ([1, C] modulation, int32 index)
+    mods = tuple(torch.randn(1, c, dtype=bf) for _ in range(6))
+    idx = torch.randint(0, 2, (1, 19), dtype=torch.int32)
+    s01 = {
+        "select01": (reg.fuse_layernorm_scale_shift_gate_select01_kernel, (x, None, None, *mods, idx, 1e-6)),
+        "select01_affine": (reg.fuse_layernorm_scale_shift_gate_select01_kernel,
+                            (x, torch.randn(c, dtype=bf), torch.randn(c, dtype=bf), *mods, idx, 1e-6)),
+        "res_select01": (reg.fuse_residual_layernorm_scale_shift_gate_select01_kernel,
+                         (x, torch.randn(1, 19, c, dtype=bf), torch.randn(1, 19, c, dtype=bf), None, None, *mods,
+                          idx, 1e-6)),
+    }
+    for name, (fn, args) in s01.items():
+        start = len(launches)
+        outs = [fn(*args), fn(*args)]
+        report[name] = {"launches": launches[start:], "outs": [[o.data_ptr() for o in out] for out in outs]}
+    before = rec.dispatches
+    strided = torch.randn(c, 2, dtype=bf)[:, 0][None]  # C stride 2: the checked path hands the kernel a copy
+    fn, args = s01["select01"]
+    fn(x, None, None, strided, *mods[1:], idx, 1e-6)
+    fn(x, None, None, strided, *mods[1:], idx, 1e-6)
+    report["select01_copies_dispatched"] = rec.dispatches - before
+    fn(*args[:-1], 1e-5)  # a new eps
+    report["select01_new_eps_dispatched"] = rec.dispatches - before - report["select01_copies_dispatched"]
     report["dispatches_before"] = rec.dispatches
     base = cases["broadcast_scale"]
     buf = torch.randn(2 + x.numel(), dtype=bf)
@@ -86,14 +109,25 @@ def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
         assert not second["meta"], name
         assert first["args"][:Y_SLOT] == second["args"][:Y_SLOT], name
         assert first["args"][Y_SLOT + 1:] == second["args"][Y_SLOT + 1:], name
-    # one dispatch per layout (its second call is the kept launch), then one each for the misaligned x, the new
-    # scale_constant and the new shape
-    assert report["dispatches_before"] == len(names)
-    assert report["dispatches_after_misaligned"] == len(names) + 1
-    assert report["dispatches_after_new_constant"] == len(names) + 2
-    assert report["dispatches_after_new_shape"] == len(names) + 3
+    for name, n_out in (("select01", 2), ("select01_affine", 2), ("res_select01", 3)):
+        first, second = report[name]["launches"]
+        outs1, outs2 = report[name]["outs"]
+        slots = [0, 2] if n_out == 2 else [0, 1, 2]  # y, (residual_out,) gate_out; the plain form passes y twice
+        assert [first["args"][i] for i in slots] == [repr(p) for p in outs1], name
+        assert [second["args"][i] for i in slots] == [repr(p) for p in outs2], name
+        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
+        assert second["hooks"] == ["NoneType", "NoneType"] and first["args"][3:] == second["args"][3:], name
+    # a strided modulation vector (the kernel got a dense copy) is dispatched every call; a new eps once
+    assert report["select01_copies_dispatched"] == 2
+    assert report["select01_new_eps_dispatched"] == 1
+    n_first = len(names) + 3 + 2 + 1  # one dispatch per layout and per select01 case, then the two above
+    # then one each for the misaligned x, the new scale_constant and the new shape
+    assert report["dispatches_before"] == n_first
+    assert report["dispatches_after_misaligned"] == n_first + 1
+    assert report["dispatches_after_new_constant"] == n_first + 2
+    assert report["dispatches_after_new_shape"] == n_first + 3
     (hooked,) = report["hooked"]
-    assert report["dispatches_after_hooked"] == len(names) + 3  # still the kept launch ...
+    assert report["dispatches_after_hooked"] == n_first + 3  # still the kept launch ...
     assert hooked["hooks"] == ["HookChain", "HookChain"] and hooked["meta"]  # ... handing the hooks over
     first = report["broadcast_scale"]["launches"][0]
     assert hooked["args"][:Y_SLOT] == first["args"][:Y_SLOT] and hooked["args"][Y_SLOT + 1:] == first["args"][Y_SLOT + 1:]
