@@ -65,6 +65,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
+
 # Launch policy: SGLang's geometry at production widths (one row per program, 4 warps at C = 3072).
 TILE_ELEMS = 4096  # rows narrower than this share a program: ROWS = TILE_ELEMS // next_pow2(C) (max MAX_ROWS)
 MAX_ROWS = 16
@@ -197,11 +199,12 @@ def batch_stride(t: torch.Tensor) -> int:
 
 def launch(x: torch.Tensor, residual: torch.Tensor | None, residual_gate: torch.Tensor | None,
            weight: torch.Tensor | None, bias: torch.Tensor | None, mods: tuple[torch.Tensor, ...],
-           index: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+           index: torch.Tensor, eps: float) -> tuple[tuple[torch.Tensor, ...], KeptLaunch | None]:
     """Run the kernel on checked inputs (register.py decides what is inside the contract): x, residual and
     residual_gate dense [B,L,C]; mods = (scale0, shift0, gate0, scale1, shift1, gate1), each [B|1, C] with unit
     C stride, scale0/scale1 (and shift0/shift1, gate0/gate1) of one dtype (the kernel selects between their base
-    pointers); index [B|1, L]. Returns (y, gate_out) or (y, residual_out, gate_out)."""
+    pointers); index [B|1, L]. Returns ((y, gate_out) or (y, residual_out, gate_out), the launch to repeat for
+    later calls of the same signature with ``lead_tensors(...)``; None under the interpreter)."""
     batch, seq_len, c = x.shape
     n_rows = batch * seq_len
     y = torch.empty_like(x)
@@ -211,18 +214,24 @@ def launch(x: torch.Tensor, residual: torch.Tensor | None, residual_gate: torch.
     block_a, block_b, has_tail, rows, num_warps = plan(c, x.element_size())
     s0, sh0, g0, s1, sh1, g1 = mods
     si_b = 0 if index.shape[0] == 1 else index.stride(0)
-    _ln_select01_kernel[(triton.cdiv(n_rows, rows),)](
-        y, res_out, gate_out,
-        x, residual if has_res else x, residual_gate if has_res else x,
-        weight if weight is not None else x, bias if bias is not None else x,
-        s0, sh0, g0, s1, sh1, g1, index,
-        n_rows, seq_len, c,
-        batch_stride(s0), batch_stride(sh0), batch_stride(g0), batch_stride(s1), batch_stride(sh1),
-        batch_stride(g1),
-        si_b, index.stride(1),
-        eps,
-        HAS_RESIDUAL=has_res, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        ROWS=rows, BLOCK_A=block_a, BLOCK_B=block_b, HAS_TAIL=has_tail,
-        num_warps=num_warps,
-    )
-    return (y, res_out, gate_out) if has_res else (y, gate_out)
+    tail = (n_rows, seq_len, c,
+            batch_stride(s0), batch_stride(sh0), batch_stride(g0), batch_stride(s1), batch_stride(sh1),
+            batch_stride(g1),
+            si_b, index.stride(1),
+            eps,
+            has_res, weight is not None, bias is not None,
+            rows, block_a, block_b, has_tail)
+    lead = lead_tensors(y, res_out, gate_out, x, residual, residual_gate, weight, bias, mods, index)
+    kept = launch_and_keep(_ln_select01_kernel, (triton.cdiv(n_rows, rows),), lead, tail, num_warps=num_warps)
+    return ((y, res_out, gate_out) if has_res else (y, gate_out)), kept
+
+
+def lead_tensors(y: torch.Tensor, res_out: torch.Tensor, gate_out: torch.Tensor, x: torch.Tensor,
+                 residual: torch.Tensor | None, residual_gate: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None, mods: tuple[torch.Tensor, ...], index: torch.Tensor,
+                 ) -> tuple[torch.Tensor, ...]:
+    """The kernel's pointer parameters in signature order (x in the slots of absent optional operands)."""
+    return (y, res_out, gate_out,
+            x, residual if residual is not None else x, residual_gate if residual_gate is not None else x,
+            weight if weight is not None else x, bias if bias is not None else x,
+            *mods, index)

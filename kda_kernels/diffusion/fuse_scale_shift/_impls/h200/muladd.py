@@ -21,8 +21,9 @@ Two things in SGLang's launch explain it; c006 changes exactly those and nothing
   pointwise loop does.
 - programs on small calls. SGLang's tile is always 4096 elements: 42 programs at L = 55 (C = 3072), 15 at
   L = 19, on 132 SMs, so each SM runs at most one 128-thread program with 32 elements per thread in series.
-  c006 halves the tile (down to 1024 elements, 8 per thread: one 16-byte bf16 vector of each stream) until the
-  launch has at least ``MIN_PROGRAMS`` programs, so a small call spreads over every SM.
+  c006 halved the tile (down to 1024 elements, 8 per thread: one 16-byte bf16 vector of each stream) until the
+  launch had 528 programs; c007 takes 1024-element tiles whenever 4096-element ones would make a launch of fewer
+  than 8 waves (``plan``), so a small call spreads over every SM and a mid-size call has no heavy partial wave.
 
 Everything else is SGLang's: 4 warps, BLOCK_C = min(1024, next_pow2(C)), masks on both axes, scalar scale/shift
 broadcast with ``tl.full`` in their own dtype, strides as given (a unit C stride is specialized by Triton and
@@ -56,7 +57,7 @@ from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
 
 TILE_ELEMS = 4096  # SGLang's program size on NVIDIA (BLOCK_L * BLOCK_C)
 MIN_TILE_ELEMS = 1024  # 8 elements per thread at 4 warps: one 16-byte bf16 vector per stream
-MIN_PROGRAMS = 528  # 4 programs per SM on the H200's 132 SMs before the tile stops shrinking
+FINE_BELOW_PROGRAMS = 8 * 132 * 11  # 8 waves of 4096-element programs (11 resident per SM at 44 registers)
 NUM_WARPS = 4
 INT32_MAX = 2**31 - 1
 
@@ -125,16 +126,25 @@ class MulAddPlan(NamedTuple):
     grid: int
 
 
-def plan(n_rows: int, c: int) -> MulAddPlan:
-    """SGLang's tile (BLOCK_C = min(1024, next_pow2(C)), 4096 elements) halved while the launch has fewer than
-    MIN_PROGRAMS programs, down to MIN_TILE_ELEMS (or one row of BLOCK_C when the row block is already 1)."""
+def tile_plan(n_rows: int, c: int, tile_elems: int) -> MulAddPlan:
+    """Tiles of BLOCK_C = min(1024, next_pow2(C)) columns and ``tile_elems // BLOCK_C`` rows (at least one)."""
     block_c = min(1024, triton.next_power_of_2(c))
     n_col_blocks = triton.cdiv(c, block_c)
-    block_l = max(1, TILE_ELEMS // block_c)
-    while block_l > 1 and block_l * block_c > MIN_TILE_ELEMS \
-            and triton.cdiv(n_rows, block_l) * n_col_blocks < MIN_PROGRAMS:
-        block_l //= 2
+    block_l = max(1, tile_elems // block_c)
     return MulAddPlan(block_l, block_c, n_col_blocks, triton.cdiv(n_rows, block_l) * n_col_blocks)
+
+
+def plan(n_rows: int, c: int) -> MulAddPlan:
+    """SGLang's 4096-element tile when the launch is many waves long; else 1024-element tiles.
+
+    c006 measured (H200, run 20261127-160853-1f2839) the 4096-element tile 1.5-4 % faster than SGLang on the rows of
+    14+ waves, but 5.5 % behind torch.compile's 1024-element blocks on qwen L4096 (3072 programs: 2.1 waves of
+    ~1450 resident 44-register programs, the last one 12 % full) and 1.2-1.3 % behind on the 8424-token rows
+    (4.4 waves). Below FINE_BELOW_PROGRAMS (8 waves of 4096-element programs) c007 takes 1024-element tiles
+    (26 registers, 16 programs per SM, 4x the waves: the partial last wave is a quarter of the cost); on calls of a
+    few dozen tokens that is c006's choice already (its tile stopped shrinking at 1024)."""
+    coarse = tile_plan(n_rows, c, TILE_ELEMS)
+    return coarse if coarse.grid >= FINE_BELOW_PROGRAMS else tile_plan(n_rows, c, MIN_TILE_ELEMS)
 
 
 def _reach(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
@@ -145,15 +155,15 @@ def _reach(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
 
 def launch(x: torch.Tensor, scale_arg: torch.Tensor, scale_strides: tuple[int, int, int], scale_is_scalar: bool,
            shift_arg: torch.Tensor, shift_strides: tuple[int, int, int], shift_is_scalar: bool,
-           scale_constant: float) -> tuple[torch.Tensor, KeptLaunch | None]:
+           scale_constant: float, plan_override: MulAddPlan | None = None) -> tuple[torch.Tensor, KeptLaunch | None]:
     """Run the kernel on checked inputs (register.py mirrors SGLang's wrapper: x contiguous [B,L,C] with
     B*L*C > 0; scale/shift either a one-element tensor (``*_is_scalar``, strides zero) or a tensor whose expanded
     [B,L,C] view has the given strides). Returns y and the launch to repeat for later calls of the same signature
-    with ``(x, shift, scale, y)`` (None under the interpreter)."""
+    with ``(x, shift, scale, y)`` (None under the interpreter). ``plan_override``: dev sweeps only."""
     batch, seq_len, c = x.shape
     n_rows = batch * seq_len
     y = torch.empty_like(x)
-    p = plan(n_rows, c)
+    p = plan(n_rows, c) if plan_override is None else plan_override
     shape = (batch, seq_len, c)
     wide = max(x.numel(), _reach(shape, scale_strides) + 1, _reach(shape, shift_strides) + 1,
                (p.grid // p.n_col_blocks) * p.block_l * c) > INT32_MAX

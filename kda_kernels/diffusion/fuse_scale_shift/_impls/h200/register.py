@@ -1,5 +1,5 @@
-"""Candidate c006: c005's Triton kernel for the two select01 LayerNorm modulation functions (ln_select01.py: the
-semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the bound beside the kernel),
+"""Candidate c007: c006 with kept launches for the select01 pair (below). c005's Triton kernel for the two select01
+LayerNorm modulation functions (ln_select01.py: the semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the bound beside the kernel),
 plus ``fuse_scale_shift_kernel`` on a memory-order MulAdd kernel with a kept launch (muladd.py: why, the byte
 model and the bound).
 
@@ -25,8 +25,11 @@ the module that defines it, never from the facade the overlay rebinds), which al
 - index 2-D ``[B|1, L]``, bool or an integer dtype, any strides;
 - every tensor on one CUDA device (or the CPU under the Triton interpreter), no autograd recording.
 
-Host path: as c004 (``kda_kernels.launch_cache.runs_here`` decides where the kernel may run; Triton's dispatch
-launches it).
+Host path (c007): the first call of a signature (every tensor's shape, stride, dtype and device, eps) runs the
+checks and Triton's dispatch (``kda_kernels.launch_cache.runs_here`` decides where the kernel may run); when the
+kernel got the caller's own tensors (no dense copies), later calls of the signature repeat its compiled launch.
+c006's select01 path went through Triton's dispatch every call: 66.8 / 73.2 us eager on the H200 against SGLang's
+52.7 / 66.0 us (run 20261127-160853-1f2839).
 
 Importing this module builds nothing and needs no GPU; Triton compiles on the first call.
 """
@@ -39,9 +42,11 @@ from kda_kernels import lazy_baseline
 from kda_kernels.launch_cache import LaunchCache, current_device, may_repeat, runs_here
 
 from . import muladd
-from .ln_select01 import MAX_C, launch
+from .ln_select01 import MAX_C, launch, lead_tensors
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+PLAIN = "fuse_layernorm_scale_shift_gate_select01_kernel"
+RESID = "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
 _INDEX_DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 _sglang_select01 = lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel")
@@ -49,6 +54,7 @@ _sglang_residual_select01 = lazy_baseline("fuse_residual_layernorm_scale_shift_g
 _sglang_muladd = lazy_baseline("fuse_scale_shift_kernel")
 
 MULADD_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
+SELECT01_LAUNCHES = LaunchCache()
 KEEP_ON_CPU = False  # tests/test_kept_launch.py: CPU tensors through the hot path (Triton's driver stood in for)
 
 
@@ -88,6 +94,28 @@ def _prepare(x: object, rows: tuple[object, ...], weight: object, bias: object, 
     return w, b, dense
 
 
+def _tensor_key(t: object) -> tuple[object, ...] | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device())  # type: ignore[attr-defined]
+
+
+def _select01_signature(fn: str, tensors: tuple[object, ...], eps: object) -> tuple[object, ...] | None:
+    """Everything the select01 checks and plan depend on (x first; absent optional operands None), for exact CUDA
+    tensors and a float eps; None otherwise (the checked path every time)."""
+    x = tensors[0]
+    if x.__class__ is not torch.Tensor or eps.__class__ is not float or not (x.is_cuda or KEEP_ON_CPU):  # type: ignore[attr-defined]
+        return None
+    if any(t is not None and t.__class__ is not torch.Tensor for t in tensors):
+        return None
+    return (fn, *(_tensor_key(t) for t in tensors), eps, current_device())
+
+
+def _no_copies(weight: object, bias: object, mods: tuple[object, ...], dense: tuple[torch.Tensor, ...],
+               w: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """The checked path handed the kernel the caller's own tensors (no dense copies): only then can a later call
+    of the signature pass its own tensors to the kept launch."""
+    return w is weight and b is bias and all(d is m for d, m in zip(dense, mods, strict=True))
+
+
 def fuse_layernorm_scale_shift_gate_select01_kernel(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
     scale0: torch.Tensor, shift0: torch.Tensor, gate0: torch.Tensor,
@@ -95,11 +123,20 @@ def fuse_layernorm_scale_shift_gate_select01_kernel(
     index: torch.Tensor, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     mods = (scale0, shift0, gate0, scale1, shift1, gate1)
+    key = _select01_signature(PLAIN, (x, weight, bias, *mods, index), eps)
+    kept = SELECT01_LAUNCHES.get(key) if key is not None else None
+    if kept is not None:
+        y, gate_out = torch.empty_like(x), torch.empty_like(x)
+        if may_repeat(x, weight, bias, *mods, index, y, gate_out):
+            kept(*lead_tensors(y, y, gate_out, x, None, None, weight, bias, mods, index))
+            return y, gate_out
     ready = _prepare(x, (), weight, bias, mods, index)
     if ready is None:
         return _sglang_select01(x, weight, bias, *mods, index, eps)
     w, b, dense = ready
-    y, gate_out = launch(x, None, None, w, b, dense, index, float(eps))
+    (y, gate_out), kept = launch(x, None, None, w, b, dense, index, float(eps))
+    if key is not None and _no_copies(weight, bias, mods, dense, w, b) and may_repeat(x, w, b, *dense, index, y):
+        SELECT01_LAUNCHES.keep(key, kept)
     return y, gate_out
 
 
@@ -111,11 +148,21 @@ def fuse_residual_layernorm_scale_shift_gate_select01_kernel(
     index: torch.Tensor, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     mods = (scale0, shift0, gate0, scale1, shift1, gate1)
+    key = _select01_signature(RESID, (x, residual, residual_gate, weight, bias, *mods, index), eps)
+    kept = SELECT01_LAUNCHES.get(key) if key is not None else None
+    if kept is not None:
+        y, res_out, gate_out = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+        if may_repeat(x, residual, residual_gate, weight, bias, *mods, index, y, res_out, gate_out):
+            kept(*lead_tensors(y, res_out, gate_out, x, residual, residual_gate, weight, bias, mods, index))
+            return y, res_out, gate_out
     ready = _prepare(x, (residual, residual_gate), weight, bias, mods, index)
     if ready is None:
         return _sglang_residual_select01(x, residual, residual_gate, weight, bias, *mods, index, eps)
     w, b, dense = ready
-    y, residual_out, gate_out = launch(x, residual, residual_gate, w, b, dense, index, float(eps))
+    (y, residual_out, gate_out), kept = launch(x, residual, residual_gate, w, b, dense, index, float(eps))
+    if key is not None and _no_copies(weight, bias, mods, dense, w, b) \
+            and may_repeat(x, residual, residual_gate, w, b, *dense, index, y):
+        SELECT01_LAUNCHES.keep(key, kept)
     return y, residual_out, gate_out
 
 
