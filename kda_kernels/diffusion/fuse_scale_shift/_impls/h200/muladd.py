@@ -22,8 +22,9 @@ Two things in SGLang's launch explain it; c006 changes exactly those and nothing
 - programs on small calls. SGLang's tile is always 4096 elements: 42 programs at L = 55 (C = 3072), 15 at
   L = 19, on 132 SMs, so each SM runs at most one 128-thread program with 32 elements per thread in series.
   c006 halved the tile (down to 1024 elements, 8 per thread: one 16-byte bf16 vector of each stream) until the
-  launch had 528 programs; c007 takes 1024-element tiles whenever 4096-element ones would make a launch of fewer
-  than 8 waves (``plan``), so a small call spreads over every SM and a mid-size call has no heavy partial wave.
+  launch had 528 programs; c007 took 1024-element tiles whenever 4096-element ones would make a launch of fewer
+  than 8 waves; c008 takes 1024-element tiles everywhere but on launches of a few hundred programs (``plan``: what
+  the H200 tile sweep measured).
 
 Everything else is SGLang's: 4 warps, BLOCK_C = min(1024, next_pow2(C)), masks on both axes, scalar scale/shift
 broadcast with ``tl.full`` in their own dtype, strides as given (a unit C stride is specialized by Triton and
@@ -57,7 +58,8 @@ from kda_kernels.launch_cache import KeptLaunch, launch_and_keep
 
 TILE_ELEMS = 4096  # SGLang's program size on NVIDIA (BLOCK_L * BLOCK_C)
 MIN_TILE_ELEMS = 1024  # 8 elements per thread at 4 warps: one 16-byte bf16 vector per stream
-FINE_BELOW_PROGRAMS = 8 * 132 * 11  # 8 waves of 4096-element programs (11 resident per SM at 44 registers)
+MID_MIN_PROGRAMS = 2 * 132  # 2048-element tiles only while they still give every SM two programs ...
+MID_BELOW_PROGRAMS = 4 * 132 * 16  # ... on launches under 4 waves of 1024-element programs (16 resident per SM)
 NUM_WARPS = 4
 INT32_MAX = 2**31 - 1
 
@@ -135,16 +137,19 @@ def tile_plan(n_rows: int, c: int, tile_elems: int) -> MulAddPlan:
 
 
 def plan(n_rows: int, c: int) -> MulAddPlan:
-    """SGLang's 4096-element tile when the launch is many waves long; else 1024-element tiles.
+    """1024-element tiles (26 registers, 16 programs per SM), or 2048-element ones for launches of a few hundred
+    programs (the ~190-token rows: 294 programs instead of 585).
 
-    c006 measured (H200, run 20261127-160853-1f2839) the 4096-element tile 1.5-4 % faster than SGLang on the rows of
-    14+ waves, but 5.5 % behind torch.compile's 1024-element blocks on qwen L4096 (3072 programs: 2.1 waves of
-    ~1450 resident 44-register programs, the last one 12 % full) and 1.2-1.3 % behind on the 8424-token rows
-    (4.4 waves). Below FINE_BELOW_PROGRAMS (8 waves of 4096-element programs) c007 takes 1024-element tiles
-    (26 registers, 16 programs per SM, 4x the waves: the partial last wave is a quarter of the cost); on calls of a
-    few dozen tokens that is c006's choice already (its tile stopped shrinking at 1024)."""
-    coarse = tile_plan(n_rows, c, TILE_ELEMS)
-    return coarse if coarse.grid >= FINE_BELOW_PROGRAMS else tile_plan(n_rows, c, MIN_TILE_ELEMS)
+    Measured on the H200 (dev/muladd_sweep.py, 2026-11-27; compile us / impl us over the 13 MulAdd rows):
+    4096-element tiles (SGLang's size; c006/c007's choice on launches of 8+ waves) read 0.990-0.996 on the long
+    rows where 1024-element ones read 0.998-1.000, and 0.948 on qwen L4096 (2.1 waves: a 12 %-full last wave)
+    against 0.989; 2048-element tiles won the 189/195-token rows (1.041 / 0.966 against 1.026 / 0.944) and lost or
+    tied everywhere else. The 19-55-token rows read 0.95-0.98 with every tile size (launch-latency bound)."""
+    fine = tile_plan(n_rows, c, MIN_TILE_ELEMS)
+    mid = tile_plan(n_rows, c, 2 * MIN_TILE_ELEMS)
+    if mid.grid >= MID_MIN_PROGRAMS and fine.grid < MID_BELOW_PROGRAMS:
+        return mid
+    return fine
 
 
 def _reach(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:

@@ -1,5 +1,7 @@
-"""Candidate c007: c006 with kept launches for the select01 pair (below). c005's Triton kernel for the two select01
-LayerNorm modulation functions (ln_select01.py: the semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the bound beside the kernel),
+"""Candidate c008: c007 (c006 with kept launches for the select01 pair, below) with the MulAdd tile plan the H200
+sweep measured (muladd.plan). c005's Triton kernel for the two select01 LayerNorm modulation functions
+(ln_select01.py: the semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the
+bound beside the kernel),
 plus ``fuse_scale_shift_kernel`` on a memory-order MulAdd kernel with a kept launch (muladd.py: why, the byte
 model and the bound).
 
