@@ -6,7 +6,9 @@ rows).
 For each ``fuse_scale_shift_kernel`` production row (task.toml), with the harness's own pieces (kda_lab.measure:
 L2-cold rotated input sets, one CUDA graph per implementation, interleaved samples, the same-size copy yardstick):
 SGLang, torch.compile of the task's torch reference (dynamo reset per row), the candidate's registered entry point
-("cand": its own ``plan``) and the kernel with a fixed tile of 4096, 2048 and 1024 elements (``plan_override``).
+("cand": its own ``plan``), the kernel with a fixed tile of 4096, 2048 and 1024 elements (``plan_override``) and,
+on the rows whose layout it takes, the flat Inductor-shaped variants of dev/muladd_flat.py. ``--dump-inductor``
+writes the compile peer's generated code for the first row to $OUT/inductor_<row>.py.
 Every variant is first compared bit for bit with SGLang on the row's first input set; one that differs is
 reported WRONG and not timed. Table last; JSON to $OUT/muladd_sweep.json (or /tmp).
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TASK_DIR.parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # muladd_flat, this folder's sibling
 
 FN = "fuse_scale_shift_kernel"
 TILES = (4096, 2048, 1024)
@@ -32,6 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="", help="comma-separated row names (default: every MulAdd production row)")
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--dump-inductor", action="store_true", help="write the first row's compile peer code to $OUT")
     opt = ap.parse_args()
 
     import torch
@@ -40,7 +44,10 @@ def main() -> int:
         print("muladd_sweep: needs a CUDA GPU (the H200); nothing to do here", file=sys.stderr)
         return 2
 
+    import muladd_flat as flat
+
     from kda_lab.families import contract
+    from kda_lab.measure.inductor_dump import dump_inductor
     from kda_lab.measure.inputs import make_inputs, rotation_count
     from kda_lab.measure.run import resolve_baseline
     from kda_lab.measure.timing import GraphTimer, copy_yardstick, time_interleaved
@@ -80,9 +87,15 @@ def main() -> int:
         impls: dict[str, Any] = {"sglang": lambda a: baseline(**a), "cand": lambda a: cand.EXPORTS[FN](**a)}
         for tile in TILES:
             impls[f"t{tile}"] = fixed(tile)
+        if flat.takes(a0["x"], a0["scale"], a0["shift"]):
+            for name in flat.VARIANTS:
+                impls[name] = lambda a, n=name: flat.run(n, a["x"], a["scale"], a["shift"], a.get("scale_constant", 1.0))
         torch._dynamo.reset()
         compiled = torch.compile(c.torch_reference, dynamic=False)
         impls["compile"] = lambda a, f=compiled: f(**a)
+        if opt.dump_inductor and w is rows[0]:
+            path = Path(os.environ.get("OUT", "/tmp")) / f"inductor_{w.name}.py"
+            print(f"inductor dump: {json.dumps({'row': w.name, 'kept': dump_inductor(compiled, a0, path)})}", flush=True)
         want = baseline(**a0)
         checks = {}
         for name, call in impls.items():
@@ -105,12 +118,12 @@ def main() -> int:
         wrong = [n for n, ok in checks.items() if not ok]
         print(f"{w.name:34s} {nbytes / 1e6:8.1f} MB | SGLang {us['sglang']:8.2f} compile {us['compile']:8.2f} cand "
               f"{us.get('cand', float('nan')):8.2f} (tile {p.block_l * p.block_c}) | "
-              + " ".join(f"t{t} {us.get(f't{t}', float('nan')):.2f}" for t in TILES)
+              + " ".join(f"{n} {us[n]:.2f}" for n in us if n not in ("sglang", "compile", "cand", "copy"))
               + (f" | WRONG: {wrong}" if wrong else ""), flush=True)
         del timers, arg_sets, a0, want
         torch.cuda.empty_cache()
 
-    cols = ["cand", *(f"t{t}" for t in TILES)]
+    cols = ["cand", *(f"t{t}" for t in TILES), *flat.VARIANTS]
     print("\ncompile us / impl us (> 1 beats the peer); SGLang us / impl us in brackets")
     for r in results:
         us = r["us"]

@@ -195,3 +195,22 @@ def test_the_hot_path_is_not_taken_on_the_cpu() -> None:
     if DEVICE == "cpu":
         assert CAND._muladd_signature(a["x"], a["scale"], a["shift"], 1.0) is None
     assert CAND._muladd_signature(a["x"], a["scale"], 0.5, 1.0) is None
+
+
+def test_dev_flat_variant_gives_sglangs_bits() -> None:
+    """dev/muladd_flat.py (Inductor's shape, timed by dev/muladd_sweep.py) on the production layout; it refuses
+    layouts it does not serve, and a dropped scale constant is caught by the same comparison."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("muladd_flat", Path(__file__).parents[1] / "dev" / "muladd_flat.py")
+    flat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flat)
+    torch.manual_seed(31)
+    a = make("broadcast_scale_token_shift", torch.float32)
+    want = sglang()(**a)
+    for name in ("flat_x1024_w4", "flat_x256_w2"):
+        assert torch.equal(flat.run(name, a["x"], a["scale"], a["shift"], 1.0), want), name
+    assert not torch.equal(flat.run("flat_x1024_w4", a["x"], a["scale"], a["shift"], 0.0), want)
+    t = make("transposed_scale", torch.float32)
+    assert not flat.takes(t["x"], t["scale"], t["shift"])

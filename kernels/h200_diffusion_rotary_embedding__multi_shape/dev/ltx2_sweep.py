@@ -60,45 +60,6 @@ DEV_VARIANTS = ("flat_x1024_w4", "flat_x2048_w4", "flat_x2048_w8", "flat_x4096_w
 SMALL_VARIANTS = ("c004", "stream")
 
 
-def dump_inductor(compiled: Any, args: dict[str, Any], path: Path) -> list[dict[str, Any]]:
-    """Compile ``compiled`` afresh on ``args`` (dynamo reset, Inductor caches off so the code is generated, not
-    loaded) and write the output code Inductor generated (its Triton kernels inline) to ``path``, headed by the
-    configs each generated kernel's autotuner kept after the run (best effort: private Inductor attributes).
-    Returns those configs."""
-    import torch
-    from torch._inductor import config as inductor_config
-    from torch._inductor.codecache import PyCodeCache
-    from torch._inductor.utils import run_and_get_code
-
-    known = dict(inductor_config.get_config_copy())
-    off = {k: v for k, v in (("force_disable_caches", True), ("fx_graph_cache", False)) if k in known}
-    seen = {id(m) for m in PyCodeCache.modules}
-    with inductor_config.patch(off):
-        _, codes = run_and_get_code(compiled, **args)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    kept: list[dict[str, Any]] = []
-    for module in PyCodeCache.modules:
-        if id(module) in seen:
-            continue
-        for attr, value in vars(module).items():
-            launchers = getattr(value, "launchers", None)
-            if not launchers:
-                continue
-            for launcher in launchers:
-                cfg = getattr(launcher, "config", None)
-                kept.append({"kernel": attr, "kwargs": dict(getattr(cfg, "kwargs", {}) or {}),
-                             "num_warps": getattr(cfg, "num_warps", None),
-                             "num_stages": getattr(cfg, "num_stages", None),
-                             "n_regs": getattr(launcher, "n_regs", None),
-                             "n_spills": getattr(launcher, "n_spills", None),
-                             "candidates": len(getattr(value, "configs", []) or [])})
-    header = "".join(f"# kept config: {json.dumps(k)}\n" for k in kept) or "# kept config: (none found)\n"
-    path.write_text(f"# Inductor output code for the torch.compile peer (torch {torch.__version__})\n{header}\n"
-                    + "\n\n# ---- next output code ----\n\n".join(codes))
-    return kept
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="", help="comma-separated row names (default: every LTX-2 production row)")
@@ -125,6 +86,7 @@ def main() -> int:
     import ltx2_variants as dev
 
     from kda_lab.families import contract
+    from kda_lab.measure.inductor_dump import dump_inductor
     from kda_lab.measure.inputs import make_inputs, rotation_count
     from kda_lab.measure.run import resolve_baseline
     from kda_lab.measure.timing import GraphTimer, copy_yardstick, host_time_us, time_interleaved
@@ -172,7 +134,7 @@ def main() -> int:
             if opt.dump_inductor and not inductor:
                 path = out_dir / f"inductor_{w.name}.py"
                 try:
-                    kept = dump_inductor(compiled, a0, path)
+                    kept = dump_inductor(compiled, a0, path)  # kda_lab.measure.inductor_dump
                     inductor = {"row": w.name, "path": str(path), "kept": kept}
                 except Exception as exc:  # a dev aid: report and go on timing  # noqa: BLE001
                     inductor = {"row": w.name, "error": repr(exc)}
