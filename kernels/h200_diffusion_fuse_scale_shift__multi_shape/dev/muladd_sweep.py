@@ -7,7 +7,7 @@ For each ``fuse_scale_shift_kernel`` production row (task.toml), with the harnes
 L2-cold rotated input sets, one CUDA graph per implementation, interleaved samples, the same-size copy yardstick):
 SGLang, torch.compile of the task's torch reference (dynamo reset per row), the candidate's registered entry point
 ("cand": its own ``plan``), the kernel with a fixed tile of 4096, 2048 and 1024 elements (``plan_override``) and,
-on the rows whose layout it takes, the flat Inductor-shaped variants of dev/muladd_flat.py. ``--dump-inductor``
+on the rows whose layout it takes (``muladd.flat_layout``), the flat kernel with 512-2048 elements per program. ``--dump-inductor``
 writes the compile peer's generated code for the first row to $OUT/inductor_<row>.py.
 Every variant is first compared bit for bit with SGLang on the row's first input set; one that differs is
 reported WRONG and not timed. Table last; JSON to $OUT/muladd_sweep.json (or /tmp).
@@ -25,10 +25,10 @@ from typing import Any
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TASK_DIR.parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # muladd_flat, this folder's sibling
 
 FN = "fuse_scale_shift_kernel"
 TILES = (4096, 2048, 1024)
+FLAT_XBLOCKS = (2048, 1024, 512)
 
 
 def main() -> int:
@@ -43,8 +43,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("muladd_sweep: needs a CUDA GPU (the H200); nothing to do here", file=sys.stderr)
         return 2
-
-    import muladd_flat as flat
 
     from kda_lab.families import contract
     from kda_lab.measure.inductor_dump import dump_inductor
@@ -87,9 +85,10 @@ def main() -> int:
         impls: dict[str, Any] = {"sglang": lambda a: baseline(**a), "cand": lambda a: cand.EXPORTS[FN](**a)}
         for tile in TILES:
             impls[f"t{tile}"] = fixed(tile)
-        if flat.takes(a0["x"], a0["scale"], a0["shift"]):
-            for name in flat.VARIANTS:
-                impls[name] = lambda a, n=name: flat.run(n, a["x"], a["scale"], a["shift"], a.get("scale_constant", 1.0))
+        if muladd.flat_layout(a0["x"], a0["scale"], a0["shift"]):
+            for xb in FLAT_XBLOCKS:
+                impls[f"flat{xb}"] = lambda a, b=xb: muladd.launch_flat(a["x"], a["scale"], a["shift"],
+                                                                        a.get("scale_constant", 1.0), xblock=b)[0]
         torch._dynamo.reset()
         compiled = torch.compile(c.torch_reference, dynamic=False)
         impls["compile"] = lambda a, f=compiled: f(**a)
@@ -123,7 +122,7 @@ def main() -> int:
         del timers, arg_sets, a0, want
         torch.cuda.empty_cache()
 
-    cols = ["cand", *(f"t{t}" for t in TILES), *flat.VARIANTS]
+    cols = ["cand", *(f"t{t}" for t in TILES), *(f"flat{b}" for b in FLAT_XBLOCKS)]
     print("\ncompile us / impl us (> 1 beats the peer); SGLang us / impl us in brackets")
     for r in results:
         us = r["us"]

@@ -94,8 +94,9 @@ def test_matches_sglang_bits_and_oracle(case: str, dtype: torch.dtype, monkeypat
     torch.manual_seed(17)
     a = make(case, dtype)
     ran = []
-    real = MULADD.launch
-    monkeypatch.setattr(MULADD, "launch", lambda *args: ran.append(1) or real(*args))
+    for entry in ("launch", "launch_flat"):  # the 2-D tile or the flat kernel (c009: the production layout)
+        real = getattr(MULADD, entry)
+        monkeypatch.setattr(MULADD, entry, lambda *args, _real=real, **kw: ran.append(1) or _real(*args, **kw))
     ours = CAND.EXPORTS[FN](**a)
     assert ran, "the candidate's own kernel must take this layout"
     assert torch.equal(ours, sglang()(**a)), "y must be SGLang's bits"
@@ -197,20 +198,24 @@ def test_the_hot_path_is_not_taken_on_the_cpu() -> None:
     assert CAND._muladd_signature(a["x"], a["scale"], 0.5, 1.0) is None
 
 
-def test_dev_flat_variant_gives_sglangs_bits() -> None:
-    """dev/muladd_flat.py (Inductor's shape, timed by dev/muladd_sweep.py) on the production layout; it refuses
-    layouts it does not serve, and a dropped scale constant is caught by the same comparison."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("muladd_flat", Path(__file__).parents[1] / "dev" / "muladd_flat.py")
-    flat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(flat)
-    torch.manual_seed(31)
+def test_flat_kernel_takes_the_production_layout_and_gives_sglangs_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """c009's flat kernel serves dense x and shift with one broadcast scale row (every production row but the
+    per-token-scale ones); the other layouts keep the 2-D tile. Both xblocks give SGLang's bits, and a dropped
+    scale constant is caught by the same comparison."""
+    flat_calls: list[int] = []
+    real = MULADD.launch_flat
+    monkeypatch.setattr(MULADD, "launch_flat", lambda *a, **k: flat_calls.append(1) or real(*a, **k))
+    for case, takes_flat in (("broadcast_scale_token_shift", True), ("one_c_scale_two_batches", True),
+                             ("token_scale_bc_shift", False), ("fp32_chunk_scale", False), ("scalar_scale", False),
+                             ("bc_scale_bc_shift", False)):
+        a = make(case, torch.float32)
+        before = len(flat_calls)
+        assert torch.equal(CAND.EXPORTS[FN](**a), sglang()(**a)), case
+        assert (len(flat_calls) > before) == takes_flat, case
     a = make("broadcast_scale_token_shift", torch.float32)
     want = sglang()(**a)
-    for name in ("flat_x1024_w4", "flat_x256_w2"):
-        assert torch.equal(flat.run(name, a["x"], a["scale"], a["shift"], 1.0), want), name
-    assert not torch.equal(flat.run("flat_x1024_w4", a["x"], a["scale"], a["shift"], 0.0), want)
-    t = make("transposed_scale", torch.float32)
-    assert not flat.takes(t["x"], t["scale"], t["shift"])
+    for xb in (2048, 1024, 512):
+        assert torch.equal(real(a["x"], a["scale"], a["shift"], 1.0, xblock=xb)[0], want), xb
+    assert not torch.equal(real(a["x"], a["scale"], a["shift"], 0.0)[0], want)
+    assert [MULADD.flat_xblock(r * 3072) for r in (19, 55, 189, 195, 4096, 27030)] == [1024, 1024, 2048, 2048,
+                                                                                        1024, 1024]
