@@ -15,25 +15,25 @@ FUNCTIONS = (
 # fuse_scale_shift_kernel: sglang.kernels.ops.diffusion.modulate.scale_shift_triton:fuse_scale_shift_kernel
 KDA_OPTIMIZED_fuse_scale_shift_kernel = True
 KDA_TASK_fuse_scale_shift_kernel: dict[str, str] = {"h200": "h200_diffusion_fuse_scale_shift__multi_shape"}
-KDA_COMMIT_fuse_scale_shift_kernel: dict[str, str] = {"h200": "d725f614e89dbeb493d28c1108e4f46922bae46a"}
+KDA_COMMIT_fuse_scale_shift_kernel: dict[str, str] = {"h200": "b777ee354e1ae85d39429d7f8cbc673d5e4a8317"}
 KDA_DATE_fuse_scale_shift_kernel: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_fuse_scale_shift_kernel: dict[str, float] = {"h200": 1.156}
+KDA_SPEEDUP_fuse_scale_shift_kernel: dict[str, float] = {"h200": 1.1628}
 KDA_ARCHES_fuse_scale_shift_kernel: tuple[str, ...] = ("h200",)
 
 # fuse_layernorm_scale_shift_gate_select01_kernel: sglang.kernels.ops.diffusion.modulate.scale_shift_triton:fuse_layernorm_scale_shift_gate_select01_kernel
 KDA_OPTIMIZED_fuse_layernorm_scale_shift_gate_select01_kernel = True
 KDA_TASK_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "h200_diffusion_fuse_scale_shift__multi_shape"}
-KDA_COMMIT_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "d725f614e89dbeb493d28c1108e4f46922bae46a"}
+KDA_COMMIT_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "b777ee354e1ae85d39429d7f8cbc673d5e4a8317"}
 KDA_DATE_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {"h200": 1.0371}
+KDA_SPEEDUP_fuse_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {"h200": 1.0316}
 KDA_ARCHES_fuse_layernorm_scale_shift_gate_select01_kernel: tuple[str, ...] = ("h200",)
 
 # fuse_residual_layernorm_scale_shift_gate_select01_kernel: sglang.kernels.ops.diffusion.modulate.scale_shift_triton:fuse_residual_layernorm_scale_shift_gate_select01_kernel
 KDA_OPTIMIZED_fuse_residual_layernorm_scale_shift_gate_select01_kernel = True
 KDA_TASK_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "h200_diffusion_fuse_scale_shift__multi_shape"}
-KDA_COMMIT_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "d725f614e89dbeb493d28c1108e4f46922bae46a"}
+KDA_COMMIT_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "b777ee354e1ae85d39429d7f8cbc673d5e4a8317"}
 KDA_DATE_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {"h200": 1.0041}
+KDA_SPEEDUP_fuse_residual_layernorm_scale_shift_gate_select01_kernel: dict[str, float] = {"h200": 1.0031}
 KDA_ARCHES_fuse_residual_layernorm_scale_shift_gate_select01_kernel: tuple[str, ...] = ("h200",)
 
 

@@ -121,6 +121,48 @@ def _muladd_kernel(
     tl.store(y_ptr + x_off, y, mask=mask)
 
 
+@triton.jit  # n_elems specialized (divisible by 16): the mask is uniform over 16-byte vectors, so loads vectorize
+def _muladd_flat_kernel(x_ptr, shift_ptr, scale_ptr, y_ptr, n_elems, C, scale_constant: tl.constexpr,
+                        XBLOCK: tl.constexpr):
+    # Inductor's shape for the production layout (x and shift dense, one broadcast scale row): one index per
+    # element, the scale column idx % C; no per-row division on the shift's address path
+    idx = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = idx < n_elems
+    x = tl.load(x_ptr + idx, mask=mask, other=0)
+    shift = tl.load(shift_ptr + idx, mask=mask, other=0)
+    scale = tl.load(scale_ptr + idx % C, mask=mask, other=0)
+    # SGLang's expression, operand for operand: the same promotion, contraction and rounding
+    y = x * (scale_constant + scale) + shift
+    tl.store(y_ptr + idx, y, mask=mask)
+
+
+def flat_layout(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> bool:
+    """The layout of every production row but the per-token-scale ones: dense x and shift of one shape, the scale
+    one dense row of C elements broadcast over B and L ([1,C] or [1,1,C]), int32 offsets."""
+    c = x.shape[-1]
+    return (shift.shape == x.shape and shift.is_contiguous() and scale.dim() in (2, 3) and scale.numel() == c
+            and scale.shape[-1] == c and scale.stride(-1) == 1 and x.numel() <= INT32_MAX)
+
+
+def flat_xblock(n_elems: int) -> int:
+    """1024 elements per program, or 2048 on launches of a few hundred programs (``plan``'s rule in elements)."""
+    fine = triton.cdiv(n_elems, MIN_TILE_ELEMS)
+    mid = triton.cdiv(n_elems, 2 * MIN_TILE_ELEMS)
+    return 2 * MIN_TILE_ELEMS if mid >= MID_MIN_PROGRAMS and fine < MID_BELOW_PROGRAMS else MIN_TILE_ELEMS
+
+
+def launch_flat(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, scale_constant: float,
+                xblock: int = 0) -> tuple[torch.Tensor, KeptLaunch | None]:
+    """The flat kernel on a ``flat_layout`` call; returns y and the launch to repeat with ``(x, shift, scale, y)``.
+    ``xblock``: dev sweeps only (0: ``flat_xblock``)."""
+    y = torch.empty_like(x)
+    n = x.numel()
+    xb = xblock or flat_xblock(n)
+    kept = launch_and_keep(_muladd_flat_kernel, (triton.cdiv(n, xb),), (x, shift, scale, y),
+                           (n, x.shape[-1], scale_constant, xb), num_warps=NUM_WARPS)
+    return y, kept
+
+
 class MulAddPlan(NamedTuple):
     block_l: int
     block_c: int

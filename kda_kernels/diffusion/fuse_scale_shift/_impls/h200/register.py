@@ -1,5 +1,7 @@
-"""Candidate c008: c007 (c006 with kept launches for the select01 pair, below) with the MulAdd tile plan the H200
-sweep measured (muladd.plan). c005's Triton kernel for the two select01 LayerNorm modulation functions
+"""Candidate c009: c008 (c007's kept select01 launches, below, and the MulAdd tile plan the H200 sweep measured)
+with a flat MulAdd kernel for the production layout (muladd.flat_layout: dense x and shift, one broadcast scale
+row), which the H200 sweep of 2026-11-27 measured ahead of the 2-D tile on the calls of a few hundred tokens or
+fewer. c005's Triton kernel for the two select01 LayerNorm modulation functions
 (ln_select01.py: the semantics, why c005 (c004's H200 loss and its cause), the design, the byte model and the
 bound beside the kernel),
 plus ``fuse_scale_shift_kernel`` on a memory-order MulAdd kernel with a kept launch (muladd.py: why, the byte
@@ -226,8 +228,11 @@ def _muladd_checked(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, s
         return sglang()  # SGLang raises the same error
     if scale_scalar and shift_scalar:
         return sglang()  # SGLang's all-zero check (a host sync) and copy path
-    y, kept = muladd.launch(x, scale_arg, scale_strides, scale_scalar, shift_arg, shift_strides, shift_scalar,
-                            scale_constant)
+    if not (scale_scalar or shift_scalar) and muladd.flat_layout(x, scale, shift):
+        y, kept = muladd.launch_flat(x, scale, shift, scale_constant)
+    else:
+        y, kept = muladd.launch(x, scale_arg, scale_strides, scale_scalar, shift_arg, shift_strides, shift_scalar,
+                                scale_constant)
     if key is not None and may_repeat(x, scale, shift, y):
         MULADD_LAUNCHES.keep(key, kept)
     return y
