@@ -17,11 +17,12 @@ from typing import Any
 
 @dataclass
 class Recorder:
-    """What the stand-in saw: every launch (grid, stream, function, metadata, hooks, arguments) and how many
-    times Triton's dispatch ran."""
+    """What the stand-in saw: every launch (grid, stream, function, metadata, hooks, arguments), how many
+    times Triton's dispatch ran, and what each dispatch returned (the CompiledKernel: its PTX, metadata)."""
 
     launches: list[dict[str, Any]] = field(default_factory=list)
     dispatches: int = 0
+    compiled: list[Any] = field(default_factory=list)
 
     @staticmethod
     def describe(a: Any) -> str:
@@ -83,10 +84,43 @@ def record_launches(capability: int = 90, sm_count: int = 132, record: bool = Tr
 
     def counting_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         rec.dispatches += 1
-        return real_run(self, *args, **kwargs)
+        kernel = real_run(self, *args, **kwargs)
+        rec.compiled.append(kernel)
+        return kernel
 
     JITFunction.run = counting_run
     return rec
+
+
+def offline_candidate(task_dir: Any) -> tuple[Recorder, Any]:
+    """The recording stand-in installed (:func:`record_launches`) and the task's candidate loaded with its CUDA
+    gates opened for CPU tensors (``runs_here`` true, ``KEEP_ON_CPU``: kept launches keyed on CPU tensors), grad
+    off. For a candidate whose register.py has those two hooks (the Triton tasks' kept-launch tests and offline
+    builds)."""
+    import torch
+
+    from kda_lab.task import load_task
+    from kda_lab.task.schema import load_candidate
+
+    rec = record_launches()
+    reg = load_candidate(load_task(task_dir))
+    reg.runs_here = lambda *t: True
+    reg.KEEP_ON_CPU = True
+    torch.set_grad_enabled(False)
+    return rec, reg
+
+
+def assert_kept_repeat(first: dict[str, Any], second: dict[str, Any], out_slots: list[int], name: str = "") -> None:
+    """``second`` (a kept launch) hands the launcher what ``first`` (Triton's dispatch) did: the same grid, stream,
+    function, packed metadata and every argument but the fresh outputs in ``out_slots``; no hook chains and no
+    launch metadata while no launch hook is registered (``first`` carries Triton's empty chains)."""
+    same = ("grid", "stream", "function", "packed")
+    assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
+    assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"], name
+    assert not second["meta"], name
+    keep = [i for i in range(len(first["args"])) if i not in out_slots]
+    assert [first["args"][i] for i in keep] == [second["args"][i] for i in keep], name
+    assert len(first["args"]) == len(second["args"]), name
 
 
 def child_report(test_file: str, timeout_s: int = 900) -> dict[str, Any]:

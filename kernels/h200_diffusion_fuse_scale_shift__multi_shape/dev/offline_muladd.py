@@ -29,15 +29,11 @@ ROWS = {  # name -> (L, C, scale shape, scale dtype)
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("run without TRITON_INTERPRET (env -u TRITON_INTERPRET ...)")
-    from kda_lab.interpret.offline_launch import record_launches
+    from kda_lab.interpret.offline_launch import offline_candidate
 
-    rec = record_launches()
+    rec, cand = offline_candidate(base.TASK_DIR)
     import sglang.kernels.ops.diffusion.modulate.scale_shift_triton as m
     import torch
-    from triton.runtime.jit import JITFunction
-
-    from kda_lab.task import load_task
-    from kda_lab.task.schema import load_candidate
 
     text = inspect.getsource(m)  # the module's name is rebound by select_impl: read the CUDA def from the file
     start = text.index("def fuse_scale_shift_kernel(")
@@ -46,17 +42,7 @@ def main() -> int:
         "if x.is_cuda and not is_hip():", "if not is_hip():")  # the NVIDIA tile choice, as on the GPU
     ns: dict = {}
     exec(compile(src, m.__file__, "exec"), m.__dict__ | ns, ns)  # noqa: S102 - SGLang's own source
-    cand = load_candidate(load_task(base.TASK_DIR))
-    cand.runs_here = lambda *t: True
-    compiled = []
-    real_run = JITFunction.run
-
-    def keep(self, *a, **k):
-        kern = real_run(self, *a, **k)
-        compiled.append(kern)
-        return kern
-    JITFunction.run = keep
-    torch.set_grad_enabled(False)
+    compiled = rec.compiled
     for row, (seq, c, sshape, sdt) in ROWS.items():
         x = torch.randn(1, seq, c).bfloat16()
         scale = torch.randn(sshape).to(getattr(torch, sdt))

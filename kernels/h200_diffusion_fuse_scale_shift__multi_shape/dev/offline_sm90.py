@@ -113,27 +113,10 @@ def inputs(fn: str, seq: int, c: int):
 
 def build(seq: int = 8424, c: int = 3072) -> list[dict]:
     """One row per (impl, function): the last compiled kernel of that call and the grid it was launched on."""
-    from kda_lab.interpret.offline_launch import record_launches
+    from kda_lab.interpret.offline_launch import offline_candidate
 
-    rec = record_launches()
-    import torch
-    from triton.runtime.jit import JITFunction
-
-    from kda_lab.task import load_task
-    from kda_lab.task.schema import load_candidate
-
-    task = load_task(TASK_DIR)
-    cand = load_candidate(task)
-    cand.runs_here = lambda *t: True  # CPU tensors stand for CUDA ones
-    compiled = []
-    real_run = JITFunction.run
-
-    def keep(self, *a, **k):
-        kern = real_run(self, *a, **k)
-        compiled.append(kern)
-        return kern
-    JITFunction.run = keep
-    torch.set_grad_enabled(False)
+    rec, cand = offline_candidate(TASK_DIR)  # CPU tensors stand for CUDA ones
+    compiled = rec.compiled
     impls = {"sglang": sglang_wrappers(), "candidate": {fn: cand.EXPORTS[fn] for fn in (PLAIN, RESID)}}
     rows = []
     for impl, fns in impls.items():

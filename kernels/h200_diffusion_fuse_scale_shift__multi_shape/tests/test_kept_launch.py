@@ -23,16 +23,10 @@ Y_SLOT = 3  # _muladd_kernel(x_ptr, shift_ptr, scale_ptr, y_ptr, ...)
 def _child() -> None:
     import torch
 
-    from kda_lab.interpret.offline_launch import record_launches
-    from kda_lab.task import load_task
-    from kda_lab.task.schema import load_candidate
+    from kda_lab.interpret.offline_launch import offline_candidate
 
-    rec = record_launches()
+    rec, reg = offline_candidate(TASK_DIR)
     launches = rec.launches
-    reg = load_candidate(load_task(TASK_DIR))
-    reg.runs_here = lambda *t: True
-    reg.KEEP_ON_CPU = True
-    torch.set_grad_enabled(False)
     bf, f32 = torch.bfloat16, torch.float32
     c = 3072
     x = torch.randn(1, 19, c, dtype=bf)
@@ -95,7 +89,7 @@ def _child() -> None:
 
 
 def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
-    from kda_lab.interpret.offline_launch import child_report
+    from kda_lab.interpret.offline_launch import assert_kept_repeat, child_report
 
     report = child_report(__file__)
     names = ("broadcast_scale", "bc_scale", "fp32_chunk_scale", "scalar_scale")
@@ -103,20 +97,14 @@ def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
         first, second = report[name]["launches"]
         y1, y2 = report[name]["outs"]
         assert first["args"][Y_SLOT] == repr(y1) and second["args"][Y_SLOT] == repr(y2), name
-        same = ("grid", "stream", "function", "packed")
-        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
-        assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"], name
-        assert not second["meta"], name
-        assert first["args"][:Y_SLOT] == second["args"][:Y_SLOT], name
-        assert first["args"][Y_SLOT + 1:] == second["args"][Y_SLOT + 1:], name
+        assert_kept_repeat(first, second, [Y_SLOT], name)
     for name, n_out in (("select01", 2), ("select01_affine", 2), ("res_select01", 3)):
         first, second = report[name]["launches"]
         outs1, outs2 = report[name]["outs"]
         slots = [0, 2] if n_out == 2 else [0, 1, 2]  # y, (residual_out,) gate_out; the plain form passes y twice
         assert [first["args"][i] for i in slots] == [repr(p) for p in outs1], name
         assert [second["args"][i] for i in slots] == [repr(p) for p in outs2], name
-        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
-        assert second["hooks"] == ["NoneType", "NoneType"] and first["args"][3:] == second["args"][3:], name
+        assert_kept_repeat(first, second, [0, 1, 2], name)
     # a strided modulation vector (the kernel got a dense copy) is dispatched every call; a new eps once
     assert report["select01_copies_dispatched"] == 2
     assert report["select01_new_eps_dispatched"] == 1

@@ -23,16 +23,10 @@ TASK_DIR = Path(__file__).resolve().parents[1]
 def _child() -> None:
     import torch
 
-    from kda_lab.interpret.offline_launch import record_launches
-    from kda_lab.task import load_task
-    from kda_lab.task.schema import load_candidate
+    from kda_lab.interpret.offline_launch import offline_candidate
 
-    rec = record_launches()
+    rec, reg = offline_candidate(TASK_DIR)
     launches = rec.launches
-    reg = load_candidate(load_task(TASK_DIR))
-    reg.runs_here = lambda *t: True
-    reg.KEEP_ON_CPU = True
-    torch.set_grad_enabled(False)
     bf, f32 = torch.bfloat16, torch.float32
     d = 1024
     x = torch.randn(1, 6, d, dtype=bf)
@@ -76,7 +70,7 @@ def _child() -> None:
 
 
 def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
-    from kda_lab.interpret.offline_launch import child_report
+    from kda_lab.interpret.offline_launch import assert_kept_repeat, child_report
 
     report = child_report(__file__)
     for name in ("nss", "nss_affine_scalar", "srnss", "srnss_nogate_rms"):
@@ -85,12 +79,7 @@ def test_kept_launch_repeats_tritons_dispatch_exactly() -> None:
         n_out = len(outs1)
         assert first["args"][:n_out] == [repr(p) for p in outs1], name  # y (and residual_out) in their slots
         assert second["args"][:n_out] == [repr(p) for p in outs2], name
-        same = ("grid", "stream", "function", "packed")
-        assert {k: first[k] for k in same} == {k: second[k] for k in same}, name
-        assert first["hooks"] == ["HookChain", "HookChain"] and second["hooks"] == ["NoneType", "NoneType"], name
-        assert not second["meta"], name
-        skip = 2  # output slots (nss: y twice, srnss: y and residual_out)
-        assert first["args"][skip:] == second["args"][skip:], name
+        assert_kept_repeat(first, second, [0, 1], name)  # output slots (nss: y twice, srnss: y and residual_out)
     # four dispatches for eight calls (the second call of each signature is the kept launch), then one more for
     # the misaligned x and one for the new eps
     assert report["dispatches_before"] == 4
