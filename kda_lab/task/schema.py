@@ -170,8 +170,10 @@ def all_task_dirs() -> list[Path]:
 
 # Runtime helpers of kda_kernels that a candidate's host path runs (kept launches, runs_here): a candidate that
 # imports one is measured with it, so the helper's bytes are part of that candidate's source hash and a changed
-# helper needs new evidence (the exporter's gate and `export.py --check` see it).
-HASHED_HELPERS = ("launch_cache",)
+# helper needs new evidence (the exporter's gate and `export.py --check` see it). A helper that imports another
+# (launch_direct runs launch_cache's KeptLaunch) brings it into the hash too (HELPER_IMPORTS).
+HASHED_HELPERS = ("launch_cache", "launch_direct")
+HELPER_IMPORTS = {"launch_direct": ("launch_cache",)}
 
 
 def _helper_path(name: str) -> Path | None:
@@ -185,9 +187,11 @@ def hashed_helpers(py_texts: list[bytes]) -> list[tuple[str, bytes]]:
     """(``kda_kernels/<helper>.py``, its bytes) for each HASHED_HELPERS module that one of these sources imports:
     the part of a source hash that lives outside src/ (the exporter copies src/ only, the helper ships in
     kda_kernels)."""
+    used = {name for name in HASHED_HELPERS if any(f"kda_kernels.{name}".encode() in t for t in py_texts)}
+    used |= {dep for name in tuple(used) for dep in HELPER_IMPORTS.get(name, ())}
     out = []
     for name in HASHED_HELPERS:
-        if any(f"kda_kernels.{name}".encode() in t for t in py_texts):
+        if name in used:
             path = _helper_path(name)
             out.append((f"kda_kernels/{name}.py",
                         path.read_bytes() if path is not None and path.is_file() else b"<missing>"))

@@ -384,22 +384,120 @@ def test_large_residual_call_goes_to_sglang_small_one_to_the_kernel(sglang: dict
 
 def test_handed_back_signature_is_kept(sglang: dict[str, HandedOver], monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule runs once per signature: the launch cache keeps HANDED_BACK, and a repeat call goes to SGLang from
-    the hot path, without the checked path (the host time of a handed-back call is the key lookup)."""
+    the hot path, without the checked path (the host time of a handed-back call is the key lookup). The call is
+    one the size pre-check does not take (per-token modulation: x alone is half the bytes the rule counts)."""
     monkeypatch.setattr(CAND, "KEEP_ON_CPU", True)
     monkeypatch.setattr(CAND, "current_device", lambda: 0)
     d = 3072
-    s = CAND.RESIDUAL_HANDBACK_BYTES // (4 * d * LOW.itemsize) + 8
-    big = torch.empty(1, s, d, dtype=LOW, device=DEVICE)
-    args = (big, big.clone(), None, None, None, rand(1, 1, d, dtype=LOW), rand(1, 1, d, dtype=LOW), "layer", 1e-6)
-    CAND.SRNSS_LAUNCHES.clear()
+    s = CAND.SAME_WIDTH_HANDBACK_BYTES // (3 * d * LOW.itemsize)  # x, y, scale, shift: 4/3 of the threshold
+    x = torch.empty(1, s, d, dtype=LOW, device=DEVICE)  # never read: SGLang's kernel is stood in for
+    mod = torch.empty(1, s, d, dtype=LOW, device=DEVICE)
+    args = (x, None, None, mod, mod, "layer", 1e-6)
+    assert not CAND._surely_handed_back_nss(x, mod, mod) and CAND._hands_back(x, None, None, None, None, mod, mod)
+    CAND.NSS_LAUNCHES.clear()
     with torch.no_grad():
-        CAND.fused_scale_residual_norm_scale_shift(*args)
-        assert list(CAND.SRNSS_LAUNCHES.entries.values()) == [CAND.HANDED_BACK]
+        CAND.fused_norm_scale_shift(*args)
+        assert list(CAND.NSS_LAUNCHES.entries.values()) == [CAND.HANDED_BACK]
 
         def no_checks(*a: Any) -> None:
             raise AssertionError("the repeat of a handed-back signature took the checked path")
 
-        monkeypatch.setattr(CAND, "_srnss_checked", no_checks)
-        assert CAND.fused_scale_residual_norm_scale_shift(*args) is sglang["srnss"].result
-    assert sglang["srnss"].calls == 2
-    CAND.SRNSS_LAUNCHES.clear()
+        monkeypatch.setattr(CAND, "_nss_checked", no_checks)
+        assert CAND.fused_norm_scale_shift(*args) is sglang["nss"].result
+    assert sglang["nss"].calls == 2
+    CAND.NSS_LAUNCHES.clear()
+
+
+# ------------------------------------------------------------------- the size pre-check before the key (c007)
+
+def _in_contract(x: torch.Tensor, residual: torch.Tensor | None, gate: torch.Tensor | None,
+                 scale: torch.Tensor, shift: torch.Tensor) -> bool:
+    b, s, d = x.shape
+    lay = [CAND.mod_layout(t, b, s, d) for t in (scale, shift) + ((gate,) if gate is not None else ())]
+    return CAND._x_ok(x) and (residual is None or CAND._x_ok(residual)) and None not in lay
+
+
+def _precheck_cases() -> list[tuple[torch.Tensor, ...]]:
+    """(x, residual or None, gate or None, scale, shift) on meta tensors: every production row, and a grid of
+    sizes around both thresholds in every dtype mix and modulation layout the rule distinguishes."""
+    cases = []
+    for w in TASK.workloads:
+        a = {k: _meta(v) for k, v in w.args.items()}
+        cases.append((a["x"], a.get("residual"), a.get("gate"), a["scale"], a["shift"]))
+    d = 3072
+    for xd in (F32, F16, BF16):
+        for md in (F32, F16, BF16):
+            for frac in (0.24, 0.26, 0.49, 0.51, 0.99, 1.01, 2.0):
+                for per_token in (False, True):
+                    for residual in (False, True):
+                        limit = CAND.RESIDUAL_HANDBACK_BYTES if residual else CAND.SAME_WIDTH_HANDBACK_BYTES
+                        s = max(1, int(frac * limit / (d * xd.itemsize)))
+                        x = torch.empty(1, s, d, dtype=xd, device="meta")
+                        mod = torch.empty(1, s if per_token else 1, d, dtype=md, device="meta")
+                        res = torch.empty(1, s, d, dtype=md, device="meta") if residual else None
+                        cases.append((x, res, mod if residual else None, mod, mod))
+    return cases
+
+
+def precheck_violations(pre_nss: Any, pre_srnss: Any) -> list[str]:
+    """Calls a size pre-check would send to SGLang although the kernel would take them (inside the contract and
+    not handed back by the rule): must be none."""
+    bad = []
+    for x, res, gate, scale, shift in _precheck_cases():
+        surely = pre_srnss(x, res) if res is not None else pre_nss(x, scale, shift)
+        kernel = _in_contract(x, res, gate, scale, shift) and not CAND._hands_back(x, res, gate, None, None, scale,
+                                                                                      shift)
+        if surely and kernel:
+            bad.append(f"x {tuple(x.shape)} {x.dtype} residual {res is not None} mod {tuple(scale.shape)} "
+                       f"{scale.dtype}")
+    return bad
+
+
+def test_size_precheck_never_takes_a_call_from_the_kernel() -> None:
+    assert precheck_violations(CAND._surely_handed_back_nss, CAND._surely_handed_back_srnss) == []
+    # and it takes the large same-width and residual rows before a key is built
+    taken = [w.name for w in TASK.workloads if (lambda a: CAND._surely_handed_back_srnss(a["x"], a["residual"])
+             if "residual" in a else CAND._surely_handed_back_nss(a["x"], a["scale"], a["shift"]))(
+             {k: _meta(v) for k, v in w.args.items()})]
+    assert "mova_nss_L176400" in taken and "qwen_res_nss_L4096" in taken and "wan_t2v_nss_L75600" in taken
+    assert not any(n.startswith(("qwen_nss", "hyvideo_nss", "wan_i2v_nss_L37044_f32")) for n in taken)
+
+
+def test_a_wrong_size_precheck_is_rejected() -> None:
+    """Deliberately wrong pre-checks: half the threshold, fp32 modulation not exempted, a residual form that
+    counts x more often than the byte model does."""
+    def half(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> bool:
+        return 4 * x.numel() * x.element_size() >= CAND.SAME_WIDTH_HANDBACK_BYTES
+
+    def no_exemption(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> bool:
+        return 2 * x.numel() * x.element_size() >= CAND.SAME_WIDTH_HANDBACK_BYTES
+
+    def loose_residual(x: torch.Tensor, residual: torch.Tensor) -> bool:  # counts x five times, residual never
+        return 5 * x.numel() * x.element_size() >= CAND.RESIDUAL_HANDBACK_BYTES
+
+    assert precheck_violations(half, CAND._surely_handed_back_srnss)
+    assert precheck_violations(no_exemption, CAND._surely_handed_back_srnss)
+    assert precheck_violations(CAND._surely_handed_back_nss, loose_residual)
+
+
+def test_precheck_calls_sglang_before_any_key(sglang: dict[str, HandedOver], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call the pre-check takes reaches SGLang without a key lookup or a checked path."""
+    monkeypatch.setattr(CAND, "KEEP_ON_CPU", True)
+
+    def no_key(*a: Any) -> None:
+        raise AssertionError("a key was built")
+
+    monkeypatch.setattr(CAND, "current_device", no_key)
+    monkeypatch.setattr(CAND, "_nss_checked", no_key)
+    monkeypatch.setattr(CAND, "_srnss_checked", no_key)
+    d = 3072
+    s = CAND.RESIDUAL_HANDBACK_BYTES // (4 * d * LOW.itemsize) + 8
+    big = torch.empty(1, s, d, dtype=LOW, device=DEVICE)
+    mod = torch.empty(1, 1, d, dtype=LOW, device=DEVICE)
+    with torch.no_grad():
+        assert CAND.fused_scale_residual_norm_scale_shift(big, big, mod, None, None, mod, mod, "layer",
+                                                          1e-6) is sglang["srnss"].result
+        x = torch.empty(1, CAND.SAME_WIDTH_HANDBACK_BYTES // (2 * d * LOW.itemsize) + 8, d, dtype=LOW,
+                        device=DEVICE)
+        assert CAND.fused_norm_scale_shift(x, None, None, mod, mod, "layer", 1e-6) is sglang["nss"].result
+    assert sglang["srnss"].calls == 1 and sglang["nss"].calls == 1
