@@ -29,7 +29,9 @@ eps, the current device) runs the checks above and launches through ``kernel[gri
 specialized for it), allocate the outputs and call Triton's C launcher with the pointers: no re-validation, no
 Triton dispatch (a CPU host measures 4.3 / 6.5 us per call against 30 us through Triton's dispatch:
 dev/host_cpu.py). Calls with grad mode on take the checked path every time (SGLang's diffusion runs under
-no_grad / inference_mode, as the harness does).
+no_grad / inference_mode, as the harness does). c007 (host only; the kernel and its plans are c005's): the kept
+launch calls Triton's C launcher directly (``kda_kernels.launch_direct``), and a call whose x alone moves enough
+for the dispatch rule goes to SGLang before any key is built (``_surely_handed_back_*``).
 
 Importing this module builds nothing and needs no GPU; Triton compiles on the first call of each specialization.
 """
@@ -41,7 +43,8 @@ from typing import Any
 import torch
 
 from kda_kernels import lazy_baseline
-from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, launch_and_keep, runs_here
+from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, runs_here
+from kda_kernels.launch_direct import launch_and_keep_direct
 
 from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
 
@@ -93,6 +96,30 @@ def _hands_back(x: torch.Tensor, residual: torch.Tensor | None, gate: torch.Tens
     return not wider and moved + out >= SAME_WIDTH_HANDBACK_BYTES
 
 
+# Before any key is built (c007): a call that moves at least this much by its x (and residual) alone goes to SGLang
+# whatever the rest of it is: inside the contract the rule above hands it back (every operand the byte model adds
+# only raises `moved`), outside it SGLang runs it anyway. On these rows SGLang's own call is 60-160 us of host
+# time; the signature key (~20 attributes and a hash) was the overlay's whole extra cost there (c005's run
+# 20261127-075647-a12b49: handed-back rows 1-12 us above SGLang's host time).
+
+def _surely_handed_back_srnss(x: torch.Tensor, residual: torch.Tensor) -> bool:
+    """Residual form: moved + 2·out >= 3·bytes(x) + bytes(residual) (x, residual, y and residual_out)."""
+    if residual.__class__ is not _T:
+        return False
+    xb = x.numel() * x.element_size()
+    return 3 * xb + residual.numel() * residual.element_size() >= RESIDUAL_HANDBACK_BYTES
+
+
+def _surely_handed_back_nss(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> bool:
+    """fused_norm_scale_shift: moved + out >= 2·bytes(x) (x and y), and the modulation is not wider than x."""
+    if scale.__class__ is not _T or shift.__class__ is not _T:
+        return False
+    es = x.element_size()
+    if scale.element_size() > es and shift.element_size() > es:
+        return False
+    return 2 * x.numel() * es >= SAME_WIDTH_HANDBACK_BYTES
+
+
 # ------------------------------------------------------------------------------------------------ hot path
 
 def _tk(t: object) -> object:
@@ -114,6 +141,8 @@ def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: t
                            eps: float = 1e-5) -> torch.Tensor:
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
+        if _surely_handed_back_nss(x, scale, shift):
+            return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
         try:
             key = (x.shape, x.stride(), x.dtype, x.get_device(), _tk(weight), _tk(bias),
                    scale.__class__, scale.shape, scale.stride(), scale.dtype, scale.get_device(),
@@ -142,6 +171,8 @@ def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tenso
                                           eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
+        if _surely_handed_back_srnss(x, residual):
+            return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
         try:
             key = (x.shape, x.stride(), x.dtype, x.get_device(),
                    residual.__class__, residual.shape, residual.stride(), residual.dtype, residual.get_device(),
@@ -253,7 +284,7 @@ def _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key):
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     tensors, tail, options, grid = _arguments(y, None, x, None, None, weight, bias, (scale, *sc), (shift, *sh),
                                               norm_type == "rms", eps, False)
-    kept = launch_and_keep(norm_scale_shift_kernel, grid, tensors, tail, **options)
+    kept = launch_and_keep_direct(norm_scale_shift_kernel, grid, tensors, tail, **options)
     _keep(NSS_LAUNCHES, key, kept, x, y, weight, bias, scale, shift)
     return y
 
@@ -278,7 +309,7 @@ def _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps
     r_out = torch.empty_like(x, memory_format=torch.contiguous_format)
     tensors, tail, options, grid = _arguments(y, r_out, x, residual, None if gate is None else (gate, *gt), weight,
                                               bias, (scale, *sc), (shift, *sh), norm_type == "rms", eps, round_gate)
-    kept = launch_and_keep(norm_scale_shift_kernel, grid, tensors, tail, **options)
+    kept = launch_and_keep_direct(norm_scale_shift_kernel, grid, tensors, tail, **options)
     _keep(SRNSS_LAUNCHES, key, kept, x, y, r_out, residual, gate, weight, bias, scale, shift)
     return y, r_out
 
