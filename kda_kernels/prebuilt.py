@@ -54,6 +54,9 @@ class Extension:
     include_paths: tuple[str, ...] = ()
     cflags: tuple[str, ...] = ()
     cuda_cflags: tuple[str, ...] = ()
+    # None: torch decides from the sources (CUDA when one is a .cu). True for a host-only binding that uses
+    # c10::cuda (current device and stream): CUDA include paths and the CUDA runtime / c10_cuda libraries.
+    with_cuda: bool | None = None
     module: ModuleType | None = field(default=None, repr=False)
     _missing: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -121,6 +124,7 @@ class Extension:
         t0 = time.perf_counter()
         self.module = load(name=self.name, sources=list(self.sources), extra_cflags=list(self.cflags),
                            extra_cuda_cflags=list(self.cuda_cflags), extra_include_paths=list(self.include_paths),
+                           with_cuda=self.with_cuda,
                            build_directory=str(out), verbose=verbose)
         self._missing = False
         import torch

@@ -8,7 +8,8 @@ one call over 50 calls, the queue drained every 8), repeated in shuffled rounds 
 Columns (us per call):
   sglang       SGLang 0.5.23's function (CuTe DSL), the baseline's entry point
   promoted     the exported candidate (kda_kernels' copy: c005 until a new promotion)
-  candidate    src/ (this task's current candidate)
+  candidate    src/ (this task's current candidate; from c008 its C++ host path)
+  python       the candidate's Python path (c007's: nss_python / srnss_python), where the candidate has one
   launch       the candidate's kept launch alone, outputs preallocated (KeptLaunch / DirectLaunch)
   tritonlaunch the same compiled kernel through Triton's CudaLauncher.__call__ (what c005's kept launch does)
   empty_like   one torch.empty_like(x) on the GPU (the candidate allocates one, or two for the residual form)
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         fns = {"sglang": resolve_baseline(task.functions[w.fn]), "promoted": _entry(promoted, w.fn),
                "candidate": _entry(cand, w.fn)}
         calls = {k: (lambda a, f=f: f(**a)) for k, f in fns.items()}
+        py_path = getattr(cand, "srnss_python" if w.fn.endswith("residual_norm_scale_shift") else "nss_python", None)
+        if py_path is not None:
+            calls["python"] = lambda a, f=py_path: f(**a)
         calls["noop"] = lambda a: (lambda **kw: kw["x"])(**a)
         calls["empty_like"] = lambda a: torch.empty_like(a["x"])
         calls["aten_neg"] = lambda a: torch.neg(a["x"])
@@ -95,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
             rng.shuffle(order)
             for k in order:
                 samples[k].append(host_time_us(calls[k], sets))
+        ext = getattr(cand, "_ext", None)
         row = {"row": name, "fn": w.fn, "launch_kind": launch_kind,
+               "host_ext_stats": list(ext.stats()) if ext is not None else None,
                "us": {k: statistics.median(v) for k, v in samples.items()},
                "min_max": {k: (min(v), max(v)) for k, v in samples.items()}}
         results.append(row)
         torch.cuda.synchronize()
         del sets
-    cols = ["sglang", "promoted", "candidate", "launch", "tritonlaunch", "empty_like", "aten_neg", "aten_neg_out",
+    cols = ["sglang", "promoted", "candidate", "python", "launch", "tritonlaunch", "empty_like", "aten_neg", "aten_neg_out",
             "noop"]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{r['us'][k]:.1f}" if k in r["us"] else "-" for k in cols]
         print(f"| {r['row']} | {r['launch_kind']} | " + " | ".join(cells) + " |")
     print("(median over rounds of each round's median us per call; min/max per round in host_floor.json)")
+    ext = getattr(cand, "_ext", None)
+    if ext is not None:
+        print("C++ host path (hits, misses, handbacks, failed launches):", ext.stats())
     return 0
 
 
