@@ -1,5 +1,8 @@
-"""H200 sweep for path F (c009 draft, dev/path_f/): the L2 reuse window, then path F variants against SGLang 0.5.23,
-c007 (as register.py routes it), c007's path B forced and a same-size copy, on the rows of >= 16 MB moved.
+"""H200 sweep for path F (src/gns_path_f.cu, built with the L2 microbenchmark by dev/path_f/pathf.py): the L2 reuse
+window, then path F variants against SGLang 0.5.23, c007 (its routing exactly: register._wins_c007 + force_path 7),
+c009 (register.triton_group_norm_silu, the candidate), c007's path B forced and a same-size copy, on the rows of
+>= 16 MB moved. The 2026-11-27 run (before c009 existed: its "c007" column is what register.py routed then) is
+dev/results/20261127-sweep_path_f_c009draft.json.
 
 Run on the GPU box from the repository root (docs/notes.md "c009 draft" has the full box command with the staged
 SGLang); $OUT is the output folder:
@@ -27,7 +30,7 @@ Steps (one process, everything in CUDA graphs):
      copy chain [read A_i, write W_i] of the same HBM bytes (1R + 1W per step): ratio 1.0 = every re-read from
      L2, 1.5 = none. These say how large a chunk L2 really holds.
   3. Rows: per row (same inputs, rotating >= 200 MB of x per replay, median over 3 x 3 replays + a shuffled
-     pass, as dev/sweep_large.py): sglang, c007 (register.triton_group_norm_silu), B (force_path 2), the path F
+     pass, as dev/sweep_large.py): sglang, c007, c009, B (force_path 2), the path F
      variants (VARIANTS; a variant whose plan equals an earlier one's is not timed twice) and copy. Each
      implementation is checked against the fp64 oracle on the row first (task.toml tolerances), path F also for
      bitwise determinism.
@@ -148,6 +151,13 @@ def f_call(chunk_mb, flags):
 
 def forced_b(x, w, b, g, eps):
     return register.group_norm_silu_cuda(x, w, b, g, eps, 2, 0, 0)
+
+
+def c007_call(x, w, b, g, eps):
+    """c007 exactly: its Python routing (register._wins_c007) and its plans (force_path 7: no path F)."""
+    if register._in_contract(x, w, b, g) and register._wins_c007(x, g):
+        return register.group_norm_silu_cuda(x, w, b, g, eps, 7, 0, 0)
+    return register._baseline()(x, w, b, g, eps)
 
 
 # ----------------------------------------------------------------------------------------------------- builds
@@ -341,7 +351,8 @@ def time_row(shape, dts, eps, chosen, reps, rng):
     k = int(min(512, max(2, math.ceil(200e6 / xbytes))))
     x0, w, b = bench.rand_inputs(shape, dt, G, seed=11)
     sets = [(x0, w, b)] + [(torch.randn(shape, device="cuda", dtype=dt), w, b) for _ in range(k - 1)]
-    impls = {"sglang": register._baseline(), "c007": register.triton_group_norm_silu, "B": forced_b}
+    impls = {"sglang": register._baseline(), "c007": c007_call, "c009": register.triton_group_norm_silu,
+             "B": forced_b}
     plans, alias = {}, {}
     seen = {}
     for name in chosen:
@@ -594,13 +605,14 @@ def main():
     if "stopped_before" in results:
         log("STOPPED before", results["stopped_before"], "(raise --budget-s)")
     log(f"elapsed {results['elapsed_s']:.0f}s")
-    log("\n| row | MB | copy | SGLang | c007 | B | best F (us) | F x SGLang | F x c007 | sol c007 | sol F |")
-    log("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    log("\n| row | MB | copy | SGLang | c007 | c009 | B | best F (us) | F x SGLang | F x c007 | sol c007 | sol F |")
+    log("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r in table:
         u = r["us"]
         bf = f"{r['best_f']} {u[r['best_f']]:.1f}" if r["best_f"] else "-"
         log(f"| {'x'.join(map(str, r['shape']))} {r['dtype']} | {r['mb']:.1f} | {u.get('copy', nan):.1f} | "
-            f"{u.get('sglang', nan):.1f} | {u.get('c007', nan):.1f} | {u.get('B', nan):.1f} | {bf} | "
+            f"{u.get('sglang', nan):.1f} | {u.get('c007', nan):.1f} | {u.get('c009', nan):.1f} | {u.get('B', nan):.1f} | "
+            f"{bf} | "
             f"{r['x_bestf_vs_sglang'] or nan:.2f} | {r['x_bestf_vs_c007'] or nan:.2f} | {r['sol_c007'] or nan:.2f} | "
             f"{r['sol_bestf'] or nan:.2f} |")
 

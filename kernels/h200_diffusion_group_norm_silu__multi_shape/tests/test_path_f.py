@@ -1,8 +1,10 @@
-"""CPU evidence for path F (c009 draft, dev/path_f/; not routed, nothing here is a GPU measurement).
+"""CPU evidence for path F (c009: src/gns_path_f.cu + src/gnsf_sched.h, routed by gns_kernels.cu's make_plan; the
+routing itself is tests/test_c009_routing.py). Nothing here is a GPU measurement.
 
-1. dev/path_f/gns_path_f.cu builds for sm_90a with nvcc (-O3, no fast-math), ptxas reports 0 spill bytes for every
-   kernel and the register budget the launch bounds promise; its PTX holds the PDL instructions and the hinted
-   16-byte loads. The torch binding passes the lab's g++ syntax check against the torch headers.
+1. src/gns_path_f.cu builds for sm_90a with nvcc (-O3, no fast-math), ptxas reports 0 spill bytes for every kernel
+   and the register budget the launch bounds promise; its PTX holds the PDL instructions and the hinted 16-byte
+   loads. The dev L2 microbenchmark (dev/path_f/gnsf_l2.cu) builds without spills too, and the dev torch binding
+   (dev/path_f/gns_path_f_binding.cpp) passes the lab's g++ syntax check against the torch headers.
 2. The chunk schedule is gnsf_sched.h's own code (built here by g++ into a small shared library and enumerated
    through ctypes): every stats and apply tile exactly once, every partial slot written once and read only in a
    later launch than its writer (never in the same launch), launch 0 stats only, the last launch apply only, every
@@ -32,8 +34,10 @@ import pytest
 from kda_lab.testing import assert_binding_compiles, compile_host_cpp
 
 TASK = Path(__file__).resolve().parents[1]
-PATH_F = TASK / "dev" / "path_f"
-CU = PATH_F / "gns_path_f.cu"
+SRC = TASK / "src"
+PATH_F = TASK / "dev" / "path_f"  # the dev driver: L2 microbenchmark, dev binding, pathf.py
+CU = SRC / "gns_path_f.cu"
+L2_CU = PATH_F / "gnsf_l2.cu"
 ROLE_NONE, ROLE_STATS, ROLE_APPLY = 0, 1, 2
 
 
@@ -54,16 +58,15 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     d = tmp_path_factory.mktemp("gnsf_build")
     so = d / "libgnsf.so"
     res = subprocess.run([_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
-                          "-shared", "-Xcompiler", "-fPIC", f"-I{PATH_F}", str(CU), "-o", str(so)],
+                          "-shared", "-Xcompiler", "-fPIC", f"-I{SRC}", str(CU), "-o", str(so)],
                          capture_output=True, text=True, timeout=600)
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-4000:]
     return log, so
 
 
-def test_cu_builds_for_sm90a_without_spills(built) -> None:
-    log, _ = built
-    assert "--use_fast_math" not in CU.read_text() and "// kda: no-spills" in CU.read_text()
+def _ptxas_kernels(log: str) -> dict[str, tuple[int, int, int]]:
+    """{entry: (spill store bytes, spill load bytes, registers)} from an nvcc -Xptxas -v log."""
     kernels = {}
     for block in log.split("Compiling entry function '")[1:]:
         name = block.split("'", 1)[0]
@@ -71,14 +74,41 @@ def test_cu_builds_for_sm90a_without_spills(built) -> None:
         regs = re.search(r"Used (\d+) registers", block)
         assert spill and regs, block[:400]
         kernels[name] = (int(spill.group(1)), int(spill.group(2)), int(regs.group(1)))
-    steps = {n: v for n, v in kernels.items() if "gnsf_step_kernel" in n}
-    assert len(steps) == 6, kernels  # {half, bf16, float} x {16-byte, scalar}
-    assert any("gnsf_l2_stream_kernel" in n for n in kernels), kernels
+    return kernels
+
+
+def test_cu_builds_for_sm90a_without_spills(built) -> None:
+    log, _ = built
+    assert "--use_fast_math" not in CU.read_text() and "// kda: no-spills" in CU.read_text()
+    kernels = _ptxas_kernels(log)
+    steps = {n: v for n, v in kernels.items() if "gns_f_step_kernel" in n}
+    assert len(steps) == 6 and len(kernels) == 6, kernels  # {half, bf16, float} x {16-byte, scalar}; nothing else
     for name, (st, ld, _) in kernels.items():
         assert st == 0 and ld == 0, f"{name} spills: {kernels[name]}"
     for name, (_, _, regs) in steps.items():
         fp32_vec = "IfLi4E" in name
         assert regs <= (80 if fp32_vec else 64), f"{name}: {regs} registers breaks its launch bounds' residency"
+
+
+def test_dev_l2_microbenchmark_builds_without_spills(tmp_path: Path) -> None:
+    assert "// kda: no-spills" in L2_CU.read_text() and "gns_f_step_kernel" not in L2_CU.read_text()
+    res = subprocess.run([_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
+                          "-c", str(L2_CU), "-o", str(tmp_path / "l2.o")], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    kernels = _ptxas_kernels(res.stdout + res.stderr)
+    assert list(kernels) and all("gnsf_l2_stream_kernel" in n for n in kernels), kernels
+    assert all(st == 0 and ld == 0 for st, ld, _ in kernels.values()), kernels
+
+
+def test_path_f_lives_in_src_and_the_extension_builds_it() -> None:
+    """c009: the kernel and its schedule are src/ files the candidate's extension compiles (and hashes); dev/path_f
+    keeps only the dev driver (no second copy of the kernel to drift)."""
+    reg = (SRC / "register.py").read_text()
+    assert '"gns_path_f.cu"' in reg and '"gnsf_sched.h"' in reg
+    assert not (PATH_F / "gns_path_f.cu").exists() and not (PATH_F / "gnsf_sched.h").exists()
+    assert "gnsf_l2_stream" not in CU.read_text()  # the microbenchmark is dev only
+    pathf = (PATH_F / "pathf.py").read_text()
+    assert '"gns_path_f.cu"' in pathf and '"gnsf_l2.cu"' in pathf and '"gnsf_sched.h"' in pathf
 
 
 def _plan(so: Path, shape, dtype: int, chunk_mib: float, G: int = 32, aligned: int = 1):
@@ -117,12 +147,12 @@ def test_host_planner(built) -> None:
 
 def test_ptx_has_pdl_and_hinted_vector_loads(tmp_path: Path) -> None:
     ptx = tmp_path / "gnsf.ptx"
-    res = subprocess.run([_nvcc(), "-std=c++17", "-O3", "-arch=sm_90a", "-ptx", f"-I{PATH_F}", str(CU), "-o",
+    res = subprocess.run([_nvcc(), "-std=c++17", "-O3", "-arch=sm_90a", "-ptx", f"-I{SRC}", str(CU), "-o",
                           str(ptx)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     text = ptx.read_text()
     entries = re.split(r"\.entry ", text)[1:]
-    half8 = [e for e in entries if e.startswith("_ZN4gnsf16gnsf_step_kernelI6__halfLi8E")]
+    half8 = [e for e in entries if e.startswith("_ZN4gnsf17gns_f_step_kernelI6__halfLi8E")]
     assert len(half8) == 1
     body = half8[0]
     assert "griddepcontrol.launch_dependents" in body and "griddepcontrol.wait" in body
@@ -205,7 +235,7 @@ extern "C" int64_t sched_rows(int64_t total, int64_t P, int64_t gpc, int64_t ord
 def shim(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     d = tmp_path_factory.mktemp("gnsf_shim")
     (d / "shim.cpp").write_text(SHIM)
-    lib = ctypes.CDLL(str(compile_host_cpp(d / "shim.cpp", PATH_F, d / "libgnsf_shim.so", shared=True)))
+    lib = ctypes.CDLL(str(compile_host_cpp(d / "shim.cpp", SRC, d / "libgnsf_shim.so", shared=True)))
     for fn in (lib.sched_info, lib.sched_rows):
         fn.restype = ctypes.c_int64
     return lib

@@ -1,4 +1,5 @@
-// Torch binding for dev/path_f/gns_path_f.cu (path F and the L2 microbenchmark; dev only, not routed).
+// Dev torch binding for path F (src/gns_path_f.cu: gnsf_plan, gnsf_forward) and the L2 microbenchmark
+// (dev/path_f/gnsf_l2.cu: gnsf_l2_stream); the candidate itself goes through src/gns_binding.cpp (force_path 8).
 // Nothing here throws on a plan or launch failure: each function returns the launcher's code and pathf.py raises
 // in Python (a C++ exception out of an extension killed the process in v3, docs/notes.md). The caller (pathf.py)
 // allocates y and the workspace through torch's allocator, so a call is CUDA-graph capturable; launches go to

@@ -1,11 +1,14 @@
-"""Path F (c009 draft, dev only): build and call dev/path_f/gns_path_f.cu (torch.utils.cpp_extension.load).
+"""Path F dev driver: build and call src/gns_path_f.cu (c009's path F, the file the candidate ships) together with the
+L2-window microbenchmark dev/path_f/gnsf_l2.cu and the dev binding gns_path_f_binding.cpp, as one dev extension
+(torch.utils.cpp_extension.load; its own name and build dir, independent of the candidate's extension). The candidate
+reaches the same kernels through register.group_norm_silu_cuda(..., force_path=8, force_cs=chunk MiB, smem_cap=flags | 32).
 
     import pathf
     ext = pathf.load()                                    # builds once per source hash (nvcc, sm_90a, -O3, no fast-math)
     y = pathf.group_norm_silu(x, w, b, 32, 1e-6, chunk_mb=12, flags=pathf.PDL | pathf.HINTS)
     pathf.plan(x.shape, x.dtype, 32, chunk_mb=12)         # dict: vec, P, gpc, K, launches, ws_bytes, ...
 
-Flags (gns_path_f.cu): PDL = 1 (programmatic dependent launch on launches 1..K), HINT_STATS_LAST = 2,
+Flags (src/gns_path_f.cu): PDL = 1 (programmatic dependent launch on launches 1..K), HINT_STATS_LAST = 2,
 HINT_APPLY_FIRST = 4, HINT_STORE_FIRST = 8 (HINTS = all three), STATS_FIRST = 16 (block order: all stats blocks of a
 launch before its apply blocks; default interleaved). y and the partials workspace come from torch's allocator and
 the launches go to torch's current stream: the call is CUDA-graph capturable. Errors come back as return codes and
@@ -21,8 +24,9 @@ import os
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ("gns_path_f.cu", "gns_path_f_binding.cpp")
-HEADERS = ("gnsf_sched.h",)
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+SOURCES = (os.path.join(SRC, "gns_path_f.cu"), os.path.join(HERE, "gnsf_l2.cu"), os.path.join(HERE, "gns_path_f_binding.cpp"))
+HEADERS = (os.path.join(SRC, "gnsf_sched.h"),)
 CUDA_FLAGS = ("-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a")  # no --use_fast_math
 CXX_FLAGS = ("-O3", "-std=c++17")
 
@@ -44,8 +48,8 @@ _ext = None
 
 def source_hash() -> str:
     h = hashlib.sha256()
-    for name in SOURCES + HEADERS:
-        with open(os.path.join(HERE, name), "rb") as f:
+    for path in SOURCES + HEADERS:
+        with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:12]
 
@@ -67,8 +71,8 @@ def load(build_dir: str | None = None, verbose: bool = False):
 
         bdir = os.path.join(build_dir or default_build_dir(), ext_name())
         os.makedirs(bdir, exist_ok=True)
-        _ext = _load(name=ext_name(), sources=[os.path.join(HERE, s) for s in SOURCES],
-                     extra_cflags=list(CXX_FLAGS), extra_cuda_cflags=list(CUDA_FLAGS), extra_include_paths=[HERE],
+        _ext = _load(name=ext_name(), sources=list(SOURCES),
+                     extra_cflags=list(CXX_FLAGS), extra_cuda_cflags=list(CUDA_FLAGS), extra_include_paths=[SRC, HERE],
                      build_directory=bdir, verbose=verbose)
     return _ext
 

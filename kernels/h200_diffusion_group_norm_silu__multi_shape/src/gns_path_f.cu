@@ -1,16 +1,18 @@
 // kda: no-spills
-// Path F (c009 draft, dev only, H200 / sm_90a): GroupNorm + SiLU as chunked stats/apply launches whose apply
-// re-read of x is served from L2, plus an L2 reuse-window microbenchmark. Pure CUDA (no torch headers):
+// Path F of the H200 GroupNorm+SiLU candidate (c009, sm_90a): GroupNorm + SiLU as chunked stats/apply launches
+// whose apply re-read of x can be served from L2. Pure CUDA (no torch headers), one translation unit of the task's
+// extension (register.py builds it with gns_kernels.cu and gns_binding.cpp):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -c gns_path_f.cu
-// The torch binding is gns_path_f_binding.cpp; dev/path_f/pathf.py builds both (torch.utils.cpp_extension.load).
-// Not routed anywhere: src/ is c007 (promoted); dev/sweep_path_f.py times this against c007, path B and SGLang.
+// gns_kernels.cu reaches it through gnsf_plan / gnsf_forward (force_path 8, and the auto route of make_plan for the
+// class the H200 sweep measured; the rule and its numbers are next to kChunkAuto* there). Dev: dev/path_f/pathf.py
+// builds this file with the L2-window microbenchmark (dev/path_f/gnsf_l2.cu) for dev/sweep_path_f.py.
 //
 //   y = silu((x - mean_g) * rstd_g * w_c + b_c), rounded once to x.dtype; w/b optional (1 / 0 when absent).
 //
 // ---------------------------------------------------------------------------------------------------------------
 // Design (the schedule is gnsf_sched.h, shared with the CPU model of tests/test_path_f.py)
 //   * A row is cut into K chunks of whole groups (gpc groups each, x bytes of a chunk <= chunk_bytes unless one
-//     group is larger). K + 1 launches of ONE kernel, gnsf_step_kernel; launch j's grid is split by blockIdx:
+//     group is larger). K + 1 launches of ONE kernel, gns_f_step_kernel; launch j's grid is split by blockIdx:
 //     stats blocks for the tiles of chunk j (j < K) and apply blocks for the tiles of chunk j-1 (j >= 1).
 //   * Stats block (one 32 KB tile): U 16-byte loads back to back, exact two-pass stats per register batch shifted
 //     by K = the group's first element, Chan merges (batches -> warp tree -> warp-0 tree), thread 0 writes the
@@ -53,7 +55,8 @@
 //   re-read hits L2. L2: one extra read of x (the apply). If the re-read misses: 3*E*es (path B's 2R + 1W).
 //   The reuse distance of a byte of x: about one launch of traffic = one chunk of new x (stats) + one chunk of y
 //   (apply) + the rest of its own chunk; with y marked evict_first the x lines that must survive are ~2 chunks.
-//   So a chunk's x must stay <= ~window/2 (window = what L2 really holds for reuse, measured by l2_stream below).
+//   So a chunk's x must stay <= ~window/2 (window = what L2 really holds for reuse, measured by dev/path_f/gnsf_l2.cu:
+//   docs/notes.md, "L2 window (measured)").
 // Bound per call: t >= (x + y bytes) / 4.29 TB/s (copy rate) + (K + 1) * c_launch, where c_launch is the
 //   per-launch fill/drain and launch gap (~1-2 us in a graph without PDL; PDL hides part of it). Rows whose
 //   groups exceed window/2 (the 1.14 GB row's 17.8 MB groups if the window is < ~36 MB) fall back towards
@@ -506,7 +509,7 @@ __device__ __forceinline__ void apply_role(const T* __restrict__ x, const T* __r
 // Launch j of a call: blocks [stats of chunk j] and [apply of chunk j-1], mapped by gnsf_sched.h's block_work.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads, min_blocks<T, VEC>())
-    gnsf_step_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+    gns_f_step_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                      float4* __restrict__ part, Sched s, int64_t j, int64_t D, int G, int Cg, FastDiv hw_div,
                      float eps, int uniform, int flags) {
   __shared__ Stat s_warp[kThreads / 32];
@@ -520,54 +523,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T, VEC>())
     apply_role<T, VEC>(x, w, b, y, part, s, wk.group, wk.tile, D, G, Cg, hw_div, eps, uniform, flags, s_warp,
                        s_tab, s_ms);
   }
-}
-
-// ------------------------------------------------------------------------------------------------
-// L2 reuse-window microbenchmark: one streaming kernel. Reads a (n16 16-byte vectors, policy pa), optionally reads
-// c (same size, policy pc) and optionally writes wr = a ^ c (policy pw). 256 threads x 8 vectors (32 KB of each
-// stream) per block, as path F's tiles. The loaded words are folded into one value that is stored only if it
-// equals a constant (never in practice), so no load can be dropped. Policy codes: 0 evict_normal, 1 evict_last,
-// 2 evict_first.
-// ------------------------------------------------------------------------------------------------
-constexpr int kL2U = 8;
-
-__device__ __forceinline__ uint64_t policy_of(int code) {
-  return code == 1 ? pol_evict_last() : (code == 2 ? pol_evict_first() : pol_evict_normal());
-}
-
-__global__ void __launch_bounds__(kThreads) gnsf_l2_stream_kernel(const uint4* __restrict__ a,
-                                                                  const uint4* __restrict__ c, uint4* __restrict__ wr,
-                                                                  int64_t n16, int pa, int pc, int pw,
-                                                                  uint32_t* __restrict__ sink) {
-  const uint64_t pola = policy_of(pa);
-  const int64_t base = (int64_t)blockIdx.x * (kThreads * kL2U) + threadIdx.x;
-  uint4 ra[kL2U];
-#pragma unroll
-  for (int k = 0; k < kL2U; ++k) ra[k] = ldg_hint16(a + min(base + (int64_t)k * kThreads, n16 - 1), pola);
-  if (c != nullptr) {
-    const uint64_t polc = policy_of(pc);
-    uint4 rc[kL2U];
-#pragma unroll
-    for (int k = 0; k < kL2U; ++k) rc[k] = ldg_hint16(c + min(base + (int64_t)k * kThreads, n16 - 1), polc);
-#pragma unroll
-    for (int k = 0; k < kL2U; ++k) {
-      ra[k].x ^= rc[k].x;
-      ra[k].y ^= rc[k].y;
-      ra[k].z ^= rc[k].z;
-      ra[k].w ^= rc[k].w;
-    }
-  }
-  uint32_t acc = 0;
-  const uint64_t polw = policy_of(pw);
-#pragma unroll
-  for (int k = 0; k < kL2U; ++k) {
-    const int64_t v = base + (int64_t)k * kThreads;
-    if (v < n16) {
-      if (wr != nullptr) stg_hint16(wr + v, ra[k], polw);
-      acc ^= ra[k].x ^ ra[k].y ^ ra[k].z ^ ra[k].w;
-    }
-  }
-  if (acc == 0x9e3779b9u) sink[blockIdx.x & 255] = acc;
 }
 
 // ------------------------------------------------------------------------------------------------ host side
@@ -641,7 +596,7 @@ int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t 
     cfg.attrs = attr;
     cfg.numAttrs = (pdl && j > 0) ? 1 : 0;  // launch 0 waits for x's producer by plain stream order
     const cudaError_t e = cudaLaunchKernelEx(
-        &cfg, gnsf_step_kernel<T, VEC>, static_cast<const T*>(x), static_cast<const T*>(w),
+        &cfg, gns_f_step_kernel<T, VEC>, static_cast<const T*>(x), static_cast<const T*>(w),
         static_cast<const T*>(b), static_cast<T*>(y), static_cast<float4*>(ws), p.s, j, D, (int)G, (int)Cg, hw,
         eps, uniform, flags);
     if (e != cudaSuccess) return (int)e;
@@ -711,20 +666,6 @@ int gnsf_forward(const void* x, const void* w, const void* b, void* y, void* ws,
                  cudaStream_t stream) {
   return gnsf::dispatch(x, w, b, y, ws, ws_bytes, dtype, N, C, HW, G, eps, chunk_bytes, flags, stream, nullptr,
                         true, true);
-}
-
-// L2 microbenchmark stream over nbytes (a multiple of 16; a, c, wr 16-byte aligned; c / wr may be null).
-int gnsf_l2_stream(const void* a, const void* c, void* wr, int64_t nbytes, int pa, int pc, int pw, void* sink,
-                   cudaStream_t stream) {
-  if (a == nullptr || sink == nullptr || nbytes <= 0 || nbytes % 16 != 0) return -1;
-  const int64_t n16 = nbytes / 16;
-  const int64_t per_block = (int64_t)gnsf::kThreads * gnsf::kL2U;
-  const int64_t blocks = (n16 + per_block - 1) / per_block;
-  if (blocks > 0x7fffffffLL) return -1;
-  gnsf::gnsf_l2_stream_kernel<<<(unsigned)blocks, gnsf::kThreads, 0, stream>>>(
-      static_cast<const uint4*>(a), static_cast<const uint4*>(c), static_cast<uint4*>(wr), n16, pa, pc, pw,
-      static_cast<uint32_t*>(sink));
-  return (int)cudaGetLastError();
 }
 
 }  // extern "C"

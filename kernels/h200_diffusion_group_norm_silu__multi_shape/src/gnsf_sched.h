@@ -1,4 +1,4 @@
-// Path F (c009 draft, dev only): the chunk schedule, host-and-device.
+// Path F (c009, src/gns_path_f.cu): the chunk schedule, host-and-device.
 //
 // The same functions decide, on the GPU, what block b of launch j does (gns_path_f.cu), and, on the CPU, what the
 // schedule model in tests/test_path_f.py checks (it builds a small g++ shim around this header), so the model tests
