@@ -14,17 +14,17 @@ FUNCTIONS = (
 # fused_norm_scale_shift: sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl:fused_norm_scale_shift
 KDA_OPTIMIZED_fused_norm_scale_shift = True
 KDA_TASK_fused_norm_scale_shift: dict[str, str] = {"h200": "h200_diffusion_norm_scale_shift__multi_shape"}
-KDA_COMMIT_fused_norm_scale_shift: dict[str, str] = {"h200": "bcb6a8e118d919cacd5ec852cffad8ab3757cdd0"}
+KDA_COMMIT_fused_norm_scale_shift: dict[str, str] = {"h200": "f92d198d11c433c14c80526ba77786b588fe1648"}
 KDA_DATE_fused_norm_scale_shift: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_fused_norm_scale_shift: dict[str, float] = {"h200": 1.0969}
+KDA_SPEEDUP_fused_norm_scale_shift: dict[str, float] = {"h200": 1.0959}
 KDA_ARCHES_fused_norm_scale_shift: tuple[str, ...] = ("h200",)
 
 # fused_scale_residual_norm_scale_shift: sglang.kernels.ops.diffusion.norm.scale_residual_norm_cutedsl:fused_scale_residual_norm_scale_shift
 KDA_OPTIMIZED_fused_scale_residual_norm_scale_shift = True
 KDA_TASK_fused_scale_residual_norm_scale_shift: dict[str, str] = {"h200": "h200_diffusion_norm_scale_shift__multi_shape"}
-KDA_COMMIT_fused_scale_residual_norm_scale_shift: dict[str, str] = {"h200": "bcb6a8e118d919cacd5ec852cffad8ab3757cdd0"}
+KDA_COMMIT_fused_scale_residual_norm_scale_shift: dict[str, str] = {"h200": "f92d198d11c433c14c80526ba77786b588fe1648"}
 KDA_DATE_fused_scale_residual_norm_scale_shift: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_fused_scale_residual_norm_scale_shift: dict[str, float] = {"h200": 1.0868}
+KDA_SPEEDUP_fused_scale_residual_norm_scale_shift: dict[str, float] = {"h200": 1.0861}
 KDA_ARCHES_fused_scale_residual_norm_scale_shift: tuple[str, ...] = ("h200",)
 
 

@@ -33,18 +33,29 @@ no_grad / inference_mode, as the harness does). c007 (host only; the kernel and 
 launch calls Triton's C launcher directly (``kda_kernels.launch_direct``), and a call whose x alone moves enough
 for the dispatch rule goes to SGLang before any key is built (``_surely_handed_back_*``).
 
+c008 (host only; kernel and plans still c005's): the repeat of a kept signature runs in C++ (``nss_host.cpp``: the
+key, the outputs, the parameter block and cuLaunchKernel in one call; ``nss_host_rules.h``: the size pre-check),
+registered from the checked path with the parameter block Triton's own launcher would build (``host_params``).
+Where the extension is not loaded (a CPU host, an exported copy that was never built) c007's Python path serves
+every call unchanged. Build: ``kda_kernels.prebuilt.Extension`` (named by the sources' hash), built on the first
+CUDA call in the lab; the exported copy never compiles (``python -m kda_kernels build``).
+
 Importing this module builds nothing and needs no GPU; Triton compiles on the first call of each specialization.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import struct
 from typing import Any
 
 import torch
 
 from kda_kernels import lazy_baseline
 from kda_kernels.launch_cache import LaunchCache, aligned16, current_device, runs_here
-from kda_kernels.launch_direct import launch_and_keep_direct
+from kda_kernels.launch_direct import DirectLaunch, launch_and_keep_direct
+from kda_kernels.prebuilt import Extension
 
 from .nss_kernel import MODE_NONE, MODE_ROWS, MODE_SCALAR, MODE_VEC, norm_scale_shift_kernel, plan
 
@@ -58,6 +69,49 @@ _sglang_srnss = lazy_baseline("fused_scale_residual_norm_scale_shift")
 NSS_LAUNCHES = LaunchCache()  # signature -> the compiled launch of its first (checked) call
 SRNSS_LAUNCHES = LaunchCache()
 KEEP_ON_CPU = False  # tests/test_kept_launch.py: CPU tensors through the hot path (Triton's driver stood in for)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_HOST_SOURCES = ("nss_host.cpp", "nss_host_rules.h")
+
+
+def _host_sources_hash() -> str:
+    h = hashlib.sha256()
+    for name in _HOST_SOURCES:
+        with open(os.path.join(_HERE, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:12]
+
+
+# The exported copy is imported as kda_kernels.diffusion.<family>._impls.h200.register: serving code, where a first
+# call must never start a compiler.
+_BUILD_ON_FIRST_USE = not __name__.startswith("kda_kernels.")
+
+EXTENSION = Extension(
+    name=f"kda_h200_nss_host_{_host_sources_hash()}",
+    arch="h200",
+    sources=(os.path.join(_HERE, "nss_host.cpp"),),
+    include_paths=(_HERE,),
+    cflags=("-O3", "-std=c++17"),
+    with_cuda=True,  # c10::cuda's current device and stream; no device code
+)
+_ext: Any = None  # the host extension, once a CUDA call has loaded it
+_ext_tried = False
+_HANDBACK: object = object()  # replaced by the extension's sentinel when it loads
+_is_compiling = torch.compiler.is_compiling
+
+
+def load_extension(verbose: bool = False) -> Any:
+    """The C++ host path, or None where it is not built and this copy may not build it (c007's Python path then
+    serves every call). In the lab a failed build raises: a silent fallback would be measured as c008."""
+    global _ext, _ext_tried, _HANDBACK
+    if _ext is None:
+        _ext_tried = True
+        ext = EXTENSION.module or EXTENSION.load(build=_BUILD_ON_FIRST_USE, verbose=verbose)
+        if ext is not None:
+            ext.set_handback(RESIDUAL_HANDBACK_BYTES, SAME_WIDTH_HANDBACK_BYTES)
+            _HANDBACK = ext.HANDBACK
+        _ext = ext
+    return _ext
 
 
 # ------------------------------------------------------------------------------------------------ dispatch rule
@@ -139,6 +193,37 @@ def _new_like(x: torch.Tensor, dense_like_x: bool) -> torch.Tensor:
 def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                            scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
                            eps: float = 1e-5) -> torch.Tensor:
+    ext = _ext
+    if ext is None and not _ext_tried and x.__class__ is _T and x.is_cuda:
+        ext = load_extension()  # the first CUDA call (the lab builds here; a serving copy only loads)
+    if ext is not None and not _is_compiling():
+        out = ext.nss(x, weight, bias, scale, shift, norm_type, eps)
+        if out is not None:
+            if out is _HANDBACK:
+                return _sglang_nss(x, weight, bias, scale, shift, norm_type, eps)
+            return out
+    return nss_python(x, weight, bias, scale, shift, norm_type, eps)
+
+
+def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None,
+                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                          scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                                          eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    ext = _ext
+    if ext is None and not _ext_tried and x.__class__ is _T and x.is_cuda:
+        ext = load_extension()
+    if ext is not None and not _is_compiling():
+        out = ext.srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+        if out is not None:
+            if out is _HANDBACK:
+                return _sglang_srnss(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+            return out
+    return srnss_python(residual, x, gate, weight, bias, scale, shift, norm_type, eps)
+
+
+def nss_python(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, scale: torch.Tensor,
+               shift: torch.Tensor, norm_type: str, eps: float = 1e-5) -> torch.Tensor:
+    """c007's path: the Python hot path of a kept signature, else the checked path."""
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
         if _surely_handed_back_nss(x, scale, shift):
@@ -165,10 +250,10 @@ def fused_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: t
     return _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key)
 
 
-def fused_scale_residual_norm_scale_shift(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None,
-                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                          scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
-                                          eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+def srnss_python(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None, scale: torch.Tensor, shift: torch.Tensor, norm_type: str,
+                 eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """c007's path for the residual form."""
     key = None
     if x.__class__ is _T and (x.is_cuda or KEEP_ON_CPU):
         if _surely_handed_back_srnss(x, residual):
@@ -213,6 +298,64 @@ def _keep_handback(cache: LaunchCache, key: object) -> None:
     """Keep the dispatch rule's verdict for its signature: later calls go to SGLang after the key lookup."""
     if key is not None:
         cache.keep(key, HANDED_BACK)
+
+
+# Triton 3.6's launcher packs a parameter of each non-constexpr signature type into these C types (driver.py
+# ty_to_cpp, FLOAT_STORAGE_TYPE / FLOAT_PACK_FUNCTION): struct formats of the bits the kernel reads.
+_PACK = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1": "<B", "u8": "<B", "u16": "<H",
+         "u32": "<I", "u64": "<Q", "fp16": "<e", "fp32": "<f", "f32": "<f", "fp64": "<d"}
+N_POINTERS = 9  # y, residual_out, x, residual, gate, weight, bias, scale, shift: _arguments' tensor order
+
+
+def host_params(kept: Any) -> tuple[list[int], list[int]] | None:
+    """``pack_params`` of a kept launch the C++ path can repeat: a DirectLaunch (Triton's CudaLauncher, no
+    scratch), no PDL or cooperative grid, one CTA per cluster, a 1-D grid. None otherwise."""
+    if not isinstance(kept, DirectLaunch) or any(kept.flags) or kept.grid[1:] != (1, 1):
+        return None
+    if kept.packed_metadata[1] != 1:  # CTAs per cluster
+        return None
+    return pack_params(list(kept.kernel.src.signature.values()), [None] * N_POINTERS + list(kept.tail))
+
+
+def pack_params(signature: list[Any], values: list[Any]) -> tuple[list[int], list[int]] | None:
+    """Per kernel parameter, in the order of Triton's generated launcher, ``(slot, bits)``: the pointer slot
+    (0..8, ``_arguments``' tensor order) a parameter takes on each call, or -1 and the constant's bits (the
+    signature's non-pointer arguments, fixed by the key), then the launcher's two scratch pointers (null).
+    ``signature``: the compiled kernel's signature types, one per argument (constexprs included); ``values``: the
+    launch's arguments in that order (pointers as None). None for a type this path does not pack."""
+    if len(values) != len(signature):
+        return None
+    slots, bits = [], []
+    for i, (ty, value) in enumerate(zip(signature, values, strict=True)):
+        if ty == "constexpr":
+            continue
+        if isinstance(ty, str) and ty.startswith("*"):
+            if i >= N_POINTERS:
+                return None
+            slots.append(i)
+            bits.append(0)
+            continue
+        fmt = _PACK.get(ty) if isinstance(ty, str) else None
+        if fmt is None and ty != "bf16":
+            return None
+        if ty == "bf16":
+            raw = int.from_bytes(struct.pack("<f", value), "little") >> 16  # Triton's pack_bf16 truncates
+        else:
+            raw = int.from_bytes(struct.pack(fmt, value), "little")
+        slots.append(-1)
+        bits.append(raw)
+    slots += [-1, -1]  # global_scratch, profile_scratch
+    bits += [0, 0]
+    return slots, bits
+
+
+def _keep_host(keep_fn: Any, args: tuple[Any, ...], kept: Any, dense_like_x: bool) -> None:
+    """Register a kept launch with the C++ host path (nothing when it cannot repeat it: host_params)."""
+    spec = host_params(kept)
+    if spec is None:
+        return
+    warps, _, shared = kept.packed_metadata
+    keep_fn(args, (int(kept.function), int(kept.grid[0]), 32 * int(warps), int(shared), bool(dense_like_x), *spec))
 
 
 def _x_ok(t: object) -> bool:
@@ -286,6 +429,8 @@ def _nss_checked(x, weight, bias, scale, shift, norm_type, eps, key):
                                               norm_type == "rms", eps, False)
     kept = launch_and_keep_direct(norm_scale_shift_kernel, grid, tensors, tail, **options)
     _keep(NSS_LAUNCHES, key, kept, x, y, weight, bias, scale, shift)
+    if key is not None and _ext is not None and aligned16(x, y, weight, bias, scale, shift):
+        _keep_host(_ext.keep_nss, (x, weight, bias, scale, shift, norm_type, eps), kept, x.is_contiguous())
     return y
 
 
@@ -311,6 +456,9 @@ def _srnss_checked(residual, x, gate, weight, bias, scale, shift, norm_type, eps
                                               bias, (scale, *sc), (shift, *sh), norm_type == "rms", eps, round_gate)
     kept = launch_and_keep_direct(norm_scale_shift_kernel, grid, tensors, tail, **options)
     _keep(SRNSS_LAUNCHES, key, kept, x, y, r_out, residual, gate, weight, bias, scale, shift)
+    if key is not None and _ext is not None and aligned16(x, y, r_out, residual, gate, weight, bias, scale, shift):
+        _keep_host(_ext.keep_srnss, (residual, x, gate, weight, bias, scale, shift, norm_type, eps), kept,
+                   x.is_contiguous())
     return y, r_out
 
 
