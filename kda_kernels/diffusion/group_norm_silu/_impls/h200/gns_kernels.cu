@@ -10,6 +10,16 @@
 #include <mutex>
 #include <stdio.h>
 #include <tuple>
+#include <type_traits>
+
+// Path F (c009): chunked stats/apply launches, src/gns_path_f.cu (its own translation unit, namespace gnsf).
+extern "C" {
+int gnsf_plan(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int64_t chunk_bytes, int flags, int aligned,
+              int64_t* out10);
+int gnsf_forward(const void* x, const void* w, const void* b, void* y, void* ws, int64_t ws_bytes, int dtype,
+                 int64_t N, int64_t C, int64_t HW, int64_t G, float eps, int64_t chunk_bytes, int flags,
+                 cudaStream_t stream);
+}
 
 namespace gns {
 namespace {
@@ -45,6 +55,29 @@ constexpr int kRegAutoMaxCs = 8;
 constexpr int kRegAutoGrowCs = 4;
 constexpr int kForceRegPath = 4;
 constexpr int kForceC003Auto = 5;
+// c009: force_path 7 = c007's auto routing exactly (no path F), for A/B sweeps; force_path 8 forces path F
+// (src/gns_path_f.cu) with force_cs = chunk MiB (0: kChunkAutoChunkBytes) and smem_cap = flags | 32 (0: the auto
+// flags; bit 5 only marks the flags as given, so flags 0 = no PDL, no hints is reachable as smem_cap 32).
+constexpr int kForceC007Auto = 7;
+constexpr int kForceChunkPath = 8;
+// c009 auto route to path F. H200 sweep dev/results/20261127-sweep_path_f_c009draft.json (CUDA-graph replay, us;
+// "B" = c007's split path forced, which is what c007 runs on these rows):
+//   1x512x2x64x64 fp16 (x 8 MiB, 256 KiB groups): c007 14.2, B 14.2, F 12.7 (F8p = F12p = F24p: one chunk)  -> 0.90x
+//   1x512x3x128x40 fp16 (x 15 MiB, 480 KiB groups): c007 21.2, B 21.1, F24p 18.9 (one chunk)               -> 0.89x
+//     (F12p, two chunks: 25.4, slower than B: the gain is the PDL-overlapped 2-launch form, not chunking;
+//      F12 without PDL, one chunk on the first row: 14.9)
+// Groups of >= 2^18 elements measured no gain from one chunk: 1x512x9x48x40 (x 16.9 MiB) F24p 24.0 vs B 23.2,
+// 1x512x5x64x64 (x 20 MiB) 24.5 vs 24.4, 1x512x16x32x48 bf16 (x 24 MiB) 27.7 vs 28.8 (spread 27.2-30.2, within
+// noise); more chunks lost everywhere (>= 200 MB rows: 0.81-0.91x of c007). So path F takes exactly the measured
+// class: 16-bit x on the 16-byte path with HW % 8 == 0, groups c007 sends to path B (> kOnChipMaxGroupBytes) of
+// < 2^18 elements, x of 8-16 MiB (the measured 8.0 and 15.0 MiB, all in one chunk of kChunkAutoChunkBytes:
+// 2 launches), PDL + all three L2 hints (the F24p flags). Everything else keeps c007's plan.
+constexpr int64_t kChunkAutoMaxGroupElems = 1 << 18;
+constexpr int64_t kChunkAutoMinXBytes = 8ll << 20;
+constexpr int64_t kChunkAutoMaxXBytes = 16ll << 20;
+constexpr int64_t kChunkAutoChunkBytes = 24ll << 20;
+constexpr int kChunkAutoFlags = 15;  // PDL | stats evict_last | apply loads evict_first | y evict_first
+constexpr int kChunkFlagsGiven = 32;
 
 struct Plan {
   int path = 0;      // 1 = cluster/on-chip, 2 = split stats + apply
@@ -60,6 +93,9 @@ struct Plan {
   int hints = 0;     // path 3: L2 eviction-hint bits
   int64_t zero_off = 0, zero_bytes = 0;  // path 3: counters to clear before the launch
   int reg_u = 0;     // path 4: vectors per thread (1, 2, 4, 8)
+  int64_t f_chunk = 0;  // path 8: chunk bytes of x (groups per chunk = max(1, f_chunk / group bytes))
+  int f_flags = 0;      // path 8: gns_path_f.cu flags (1 PDL, 2/4/8 L2 hints, 16 stats-first block order)
+  int64_t f_gpc = 0, f_k = 0;  // path 8: groups per chunk, chunks (launches = f_k + 1)
 };
 
 struct DevInfo {
@@ -283,19 +319,63 @@ bool plan_reg(int dev, int64_t dvec, int64_t total, bool uniform, int force_cs, 
   }
 }
 
+template <typename T>
+constexpr int dtype_code() {
+  return std::is_same<T, float>::value ? kF32 : (std::is_same<T, __half>::value ? kF16 : kBF16);
+}
+
+// c009: does the auto route send this call to path F? (the measured class, see kChunkAuto*)
 template <typename T, int VEC>
-int make_plan(int dev, int64_t D, int64_t total, bool uniform, int force_path, int force_cs,
-              int smem_cap, Plan* p) {
+bool chunk_auto(int64_t D, int64_t total, bool uniform) {
+  if constexpr (sizeof(T) != 2 || VEC != 8) {
+    return false;
+  } else {
+    const int64_t gbytes = D * (int64_t)sizeof(T);
+    const int64_t xbytes = total * gbytes;
+    return uniform && gbytes > kOnChipMaxGroupBytes && D < kChunkAutoMaxGroupElems &&
+           xbytes >= kChunkAutoMinXBytes && xbytes <= kChunkAutoMaxXBytes;
+  }
+}
+
+// Path F plan through gns_path_f.cu's own planner (gnsf_plan: the launcher plans the same way).
+template <typename T, int VEC>
+int plan_chunk(int64_t N, int64_t C, int64_t HW, int64_t G, int64_t chunk_bytes, int flags, Plan* p) {
+  int64_t o[10] = {0};
+  const int rc = gnsf_plan(dtype_code<T>(), N, C, HW, G, chunk_bytes, flags, VEC > 1 ? 1 : 0, o);
+  if (rc != 0) return rc < 0 ? rc : kErrArgs;
+  p->path = 8;
+  p->vec = (int)o[0];
+  p->q = (int)o[2];  // P: tiles per group
+  p->f_gpc = o[3];
+  p->f_k = o[4];
+  p->ws_bytes = o[6];
+  p->f_chunk = chunk_bytes;
+  p->f_flags = flags;
+  return 0;
+}
+
+template <typename T, int VEC>
+int make_plan(int dev, int64_t N, int64_t C, int64_t HW, int64_t G, int64_t D, int64_t total, bool uniform,
+              int force_path, int force_cs, int smem_cap, Plan* p) {
   const DevInfo& di = dev_info(dev);
   const int vbytes = (int)sizeof(T) * VEC;
   const int64_t dvec = D / VEC;
   p->vec = VEC;
+  if (force_path == kForceChunkPath) {
+    const int64_t chunk = force_cs > 0 ? ((int64_t)force_cs << 20) : kChunkAutoChunkBytes;
+    const int flags = smem_cap > 0 ? (smem_cap & (kChunkFlagsGiven - 1)) : kChunkAutoFlags;
+    return plan_chunk<T, VEC>(N, C, HW, G, chunk, flags, p);
+  }
   if (force_path == kForceRegPath) {
     return plan_reg<T, VEC>(dev, dvec, total, uniform, force_cs, smem_cap, p) ? 0 : kErrForced;
   }
+  const bool c007_only = force_path == kForceC007Auto;
+  if (c007_only) force_path = 0;  // c007's routing from here on
   if (force_path == 0 && dvec * vbytes <= kRegAutoMaxGroupBytes &&
       plan_reg<T, VEC>(dev, dvec, total, uniform, 0, 0, p))
     return 0;  // c004: path D
+  if (force_path == 0 && !c007_only && chunk_auto<T, VEC>(D, total, uniform))
+    return plan_chunk<T, VEC>(N, C, HW, G, kChunkAutoChunkBytes, kChunkAutoFlags, p);  // c009: path F
   if (force_path == kForceC003Auto) force_path = 0;  // c003's routing from here on
   int cap = smem_cap > 0 ? smem_cap : kDefaultSmemCap;
   const int hw_cap = di.smem_optin - static_smem_cluster<T, VEC>(dev) - 64;
@@ -413,10 +493,14 @@ int run(const void* x, const void* w, const void* b, void* y, void* ws, int64_t 
   const int64_t total = N * G;
   const int uniform = (HW % VEC) == 0 ? 1 : 0;
   Plan p;
-  int rc = make_plan<T, VEC>(dev, D, total, uniform != 0, force_path, force_cs, smem_cap, &p);
+  int rc = make_plan<T, VEC>(dev, N, C, HW, G, D, total, uniform != 0, force_path, force_cs, smem_cap, &p);
   if (rc != 0) return rc;
   if (out_plan) *out_plan = p;
   if (!launch) return 0;
+  if (p.path == 8) {
+    if (ws == nullptr || ws_bytes < p.ws_bytes) return kErrWorkspace;
+    return gnsf_forward(x, w, b, y, ws, ws_bytes, dtype_code<T>(), N, C, HW, G, eps, p.f_chunk, p.f_flags, stream);
+  }
   const FastDiv hw = make_fastdiv((uint32_t)HW);
   const T* xp = static_cast<const T*>(x);
   const T* wp = static_cast<const T*>(w);
@@ -574,13 +658,19 @@ int gns_forward(const void* x, const void* w, const void* b, void* y, void* ws, 
                        smem_cap, stream, nullptr, true, true);
 }
 
-// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem (path 4: U), q, tiles.
+// Plan description for dev benches: path, vec, cs, slice_vec, threads, smem (path 4: U), q, tiles;
+// path 8 (F): 8, vec, groups per chunk, chunks K, launches K + 1, flags, P (tiles per group), chunk MiB.
 int gns_describe(int dtype, int64_t N, int64_t C, int64_t HW, int64_t G, int force_path,
                  int force_cs, int smem_cap, int64_t* out8) {
   gns::Plan p;
   int rc = gns::dispatch(nullptr, nullptr, nullptr, nullptr, nullptr, 0, dtype, N, C, HW, G, 0.f,
                          force_path, force_cs, smem_cap, 0, &p, false, true);
   if (rc != 0) return rc;
+  if (p.path == 8) {
+    const int64_t f[8] = {8, p.vec, p.f_gpc, p.f_k, p.f_k + 1, p.f_flags, p.q, p.f_chunk >> 20};
+    for (int i = 0; i < 8; ++i) out8[i] = f[i];
+    return 0;
+  }
   out8[0] = p.path;
   out8[1] = p.vec;
   out8[2] = p.cs;

@@ -1,7 +1,7 @@
 """H200 GroupNorm+SiLU candidate: EXPORTS for the lab harness.
 
 Importing this module needs no GPU and builds nothing.  The CUDA extension
-(gns_kernels.cu + gns_binding.cpp; sm_90a, -O3, no fast-math) lives in kda_kernels' build cache under a
+(gns_kernels.cu + gns_path_f.cu + gns_binding.cpp; sm_90a, -O3, no fast-math) lives in kda_kernels' build cache under a
 name that carries the sources' hash (kda_kernels.prebuilt). Imported from the task folder (the lab), the
 first call that reaches the kernel builds it if needed. Imported as the exported overlay copy
 (kda_kernels.diffusion...), it never compiles inside a serving process: a missing build sends the call to
@@ -24,8 +24,8 @@ import torch
 from kda_kernels.prebuilt import Extension
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCES = ("gns_kernels.cu", "gns_binding.cpp")
-_HEADERS = ("gns_kernels.cuh",)
+_SOURCES = ("gns_kernels.cu", "gns_path_f.cu", "gns_binding.cpp")
+_HEADERS = ("gns_kernels.cuh", "gnsf_sched.h")
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 _arch_ok: dict[int, bool] = {}
@@ -159,14 +159,36 @@ def triton_group_norm_silu(
 # Performance routing, from the lab's H200 benches (runs 20261121-232414-945846, -232834-2f3ed2,
 # -233051-90414c; docs/notes.md). In fp16/bf16, where SGLang takes its chunked path (groups of >= 2^18
 # elements) and the per-channel spatial size is a multiple of 4096 (no masked tails), SGLang runs near the
-# two-read bound and this kernel's split path (also two reads) tied or lost by up to 5%: SGLang runs there.
+# two-read bound and this kernel's split path (also two reads) tied or lost by up to 5%: SGLang runs there
+# (c009: except where SGLang's apply gathers weight/bias per element, the clause below).
 # c003: groups of <= 16 KB lost 10% on the 0.5 MB row and went to SGLang. c004: groups the register path
 # (path D, one launch, one barrier) can take -- 16-byte aligned x, spatial size a multiple of the 16-byte
 # vector (8 halves / 4 floats) -- stay here at every size; the other <= 16 KB groups still go to SGLang
 # (c003's routing). Everywhere else (SGLang's one-pass path with 32 CTAs, tails) this kernel wins 1.08x to
-# 6.3x. fp32 stays here: SGLang's single-pass variance is wrong at large offsets.
+# 6.3x. fp32 stays here: SGLang's single-pass variance is wrong at large offsets. Which path a kept call takes is
+# the extension's plan (gns_kernels.cu make_plan; c009 adds path F there for one measured class, see kChunkAuto*).
 _ROUTE_MIN_GROUP_BYTES = 16 * 1024
 _SGLANG_CHUNKED_GROUP_ELEMS = 2**18
+
+# c009 clause: which SGLang chunked calls stay on this kernel (its auto plan there is path B, the split path).
+# SGLang 0.5.23's chunked path (group_norm_silu_triton._launch_chunked) applies with a per-channel scalar weight/bias
+# kernel only when spatial % 8192 == 0 and ceil(group / 8192) >= 64; otherwise its apply kernel gathers weight/bias
+# per element (channel = idx // spatial) and runs slower. On the tail-free rows that c003..c007 hand to SGLang, path
+# B measured faster exactly where SGLang gathers (us, CUDA-graph replay, B = force_path 2 vs c007 = SGLang there):
+#   dev/results/20261127-sweep_path_f_c009draft.json   dev/results/20261127-sweep_large_c008.json
+#   1x512x5x64x64 fp16      (x 20 MiB)  24.4 vs 26.2 (0.93x)        24.3 vs 25.8 (0.94x)
+#   1x512x16x32x48 bf16     (x 24 MiB)  28.8 vs 31.6 (0.91x)        28.8 vs 30.6 (0.94x)
+#   1x128x5x96x256 fp16     (x 30 MiB)  34.0 vs 36.2 (0.94x)        33.5 vs 35.6 (0.94x)
+#   1x128x17x256x80 fp16    (x 85 MiB)  81.5 vs 88.1 (0.93x)        79.9 vs 87.2 (0.92x)
+# and not faster where SGLang takes its scalar apply (1x512x3x128x128, 1x128x17x96x256, 1x512x9x128x128,
+# 1x256x512x512 bf16: B/c007 1.01-1.04 in both sweeps; 1x128x17x256x256 and 1x256x17x256x256: 1.03-1.04 in one,
+# 0.94-0.95 in the other, no agreement, so they stay). The official bench of c000 (run 20261121-232414-945846, path B
+# on every row) agrees row by row: 1.07-1.11x on every SGLang-gather row of x >= 20 MiB, 0.95-0.99x on every
+# scalar-apply row, and 0.988x on the one tail-free gather row below 20 MiB (flux 1x512x128x128 bf16, x 16 MiB): hence the
+# x >= 20 MiB bound (the smallest swept member). 16-byte aligned x only (the measured path B is the vector path).
+_SGLANG_CHUNK_ELEMS = 8192
+_SGLANG_SCALAR_APPLY_MIN_CHUNKS = 64
+_SPLIT_KEEP_MIN_X_BYTES = 20 * 2**20
 
 
 def _reg_path_eligible(x: torch.Tensor) -> bool:
@@ -175,7 +197,31 @@ def _reg_path_eligible(x: torch.Tensor) -> bool:
     return x.data_ptr() % 16 == 0 and spatial % (16 // x.element_size()) == 0
 
 
+def _sglang_gathers_affine(group_elems: int, spatial: int) -> bool:
+    """SGLang's chunked path applies through its per-element weight/bias gather kernel (not the scalar-affine one)."""
+    chunks = -(-group_elems // _SGLANG_CHUNK_ELEMS)
+    return not (spatial % _SGLANG_CHUNK_ELEMS == 0 and chunks >= _SGLANG_SCALAR_APPLY_MIN_CHUNKS)
+
+
 def _wins(x: torch.Tensor, num_groups: int) -> bool:
+    if x.dtype == torch.float32:
+        return True
+    group_elems = (x.numel() // x.shape[0]) // num_groups
+    if group_elems * x.element_size() <= _ROUTE_MIN_GROUP_BYTES:
+        return _reg_path_eligible(x)
+    spatial = x.numel() // (x.shape[0] * x.shape[1])
+    if group_elems >= _SGLANG_CHUNKED_GROUP_ELEMS and spatial % 4096 == 0:
+        # c007 handed all of these to SGLang; c009 keeps the SGLang-gather ones of x >= 20 MiB (path B)
+        return (
+            _sglang_gathers_affine(group_elems, spatial)
+            and x.numel() * x.element_size() >= _SPLIT_KEEP_MIN_X_BYTES
+            and x.data_ptr() % 16 == 0
+        )
+    return True
+
+
+def _wins_c007(x: torch.Tensor, num_groups: int) -> bool:
+    """c007's routing exactly (dev sweeps time c007 = this + force_path 7)."""
     if x.dtype == torch.float32:
         return True
     group_elems = (x.numel() // x.shape[0]) // num_groups
