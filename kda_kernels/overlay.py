@@ -623,9 +623,19 @@ def _build_state(t: SwapTarget, arches: Iterable[str]) -> dict[str, dict[str, An
             out[arch] = ext.describe()
             if not out[arch].get("built"):
                 out[arch]["message"] = (
-                    f"{arch} CUDA extension {ext.name} is not built on this machine: {arch} calls go to SGLang's "
-                    f"kernel (install() never compiles) until `python -m kda_kernels build`")
+                    f"{arch} CUDA extension {ext.name} is not built on this machine: {arch} calls "
+                    f"{_without_build(ext)} (install() never compiles) until `python -m kda_kernels build`")
     return out
+
+
+def _without_build(ext: Any) -> str:
+    """Where an impl's calls go while its extension is not built: an extension with device code (a .cu source)
+    holds the impl's kernels, so SGLang's kernel serves; a host-only one (C++ sources only, e.g. norm_scale_shift's
+    launch path for its Triton kernel) is a faster way to the same kernels, which the impl's Python path reaches
+    without it."""
+    if any(str(s).endswith(".cu") for s in ext.sources):
+        return "go to SGLang's kernel"
+    return "take the impl's Python host path to its own kernels"
 
 
 def _serves_arch(arch: str) -> bool:

@@ -193,3 +193,15 @@ def test_the_exporter_builds_ahead_or_says_where_to_build():
     if torch.cuda.is_available():
         pytest.skip("a CUDA host builds instead (tests/test_prebuilt_gpu.py)")
     assert len(lines) == 1 and "torch has no CUDA" in lines[0] and "python -m kda_kernels build" in lines[0], lines
+
+
+def test_status_says_where_calls_go_without_a_build():
+    """A kernel extension (device code) not built: SGLang serves; a host-only one (norm_scale_shift's C++ launch
+    path): the impl's Python path to its own kernels. status() words its message from that."""
+    from kda_kernels.overlay import _without_build
+    from kda_kernels.prebuilt import Extension
+
+    kernel = Extension(name="k", arch="h200", sources=("/x/gns_kernels.cu", "/x/gns_binding.cpp"))
+    host = Extension(name="h", arch="h200", sources=("/x/nss_host.cpp",), with_cuda=True)
+    assert _without_build(kernel) == "go to SGLang's kernel"
+    assert "Python host path" in _without_build(host)
