@@ -138,7 +138,7 @@ def test_extension_sources_build_for_sm90a_without_new_spills(built) -> None:
     assert len(c007_kernels) >= 30  # c007's kernel set is still compiled (paths A-D, all dtypes)
     reg = _register()
     assert reg._SOURCES == ("gns_kernels.cu", "gns_path_f.cu", "gns_binding.cpp")
-    assert reg._HEADERS == ("gns_kernels.cuh", "gnsf_sched.h")
+    assert reg._HEADERS == ("gns_kernels.cuh", "gns_device.cuh", "gnsf_sched.h")
 
 
 def test_forced_path_f_plans(built) -> None:
