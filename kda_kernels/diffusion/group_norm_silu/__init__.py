@@ -14,17 +14,17 @@ FUNCTIONS = (
 # triton_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu_triton:triton_group_norm_silu
 KDA_OPTIMIZED_triton_group_norm_silu = True
 KDA_TASK_triton_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "1481c1921d91462c64ccfed7c0f3b50c64f983a1"}
+KDA_COMMIT_triton_group_norm_silu: dict[str, str] = {"h200": "a78dd9788569d89de8bde22d0ec767efe97372c3"}
 KDA_DATE_triton_group_norm_silu: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.7677}
+KDA_SPEEDUP_triton_group_norm_silu: dict[str, float] = {"h200": 1.7535}
 KDA_ARCHES_triton_group_norm_silu: tuple[str, ...] = ("h200",)
 
 # apply_group_norm_silu: sglang.kernels.ops.diffusion.norm.group_norm_silu:apply_group_norm_silu
 KDA_OPTIMIZED_apply_group_norm_silu = True
 KDA_TASK_apply_group_norm_silu: dict[str, str] = {"h200": "h200_diffusion_group_norm_silu__multi_shape"}
-KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "1481c1921d91462c64ccfed7c0f3b50c64f983a1"}
+KDA_COMMIT_apply_group_norm_silu: dict[str, str] = {"h200": "a78dd9788569d89de8bde22d0ec767efe97372c3"}
 KDA_DATE_apply_group_norm_silu: dict[str, str] = {"h200": "2026-11-27"}
-KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.7064}
+KDA_SPEEDUP_apply_group_norm_silu: dict[str, float] = {"h200": 1.6937}
 KDA_ARCHES_apply_group_norm_silu: tuple[str, ...] = ("h200",)
 
 

@@ -25,7 +25,7 @@ from kda_kernels.prebuilt import Extension
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = ("gns_kernels.cu", "gns_path_f.cu", "gns_binding.cpp")
-_HEADERS = ("gns_kernels.cuh", "gnsf_sched.h")
+_HEADERS = ("gns_kernels.cuh", "gns_device.cuh", "gnsf_sched.h")
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 _arch_ok: dict[int, bool] = {}
