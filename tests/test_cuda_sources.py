@@ -80,9 +80,11 @@ def compile_cu(cu: Path, arch: str, out_dir: Path, extra_includes: tuple[Path, .
 
 
 def _task_src(cu: Path) -> Path:
+    """The task's src/ for any source under a task folder: a dev/ variant may include the candidate's headers (as
+    the dev build scripts put src/ on the include path)."""
     for parent in cu.parents:
-        if parent.name == "src":
-            return parent
+        if parent.parent == KERNELS and (parent / "src").is_dir():
+            return parent / "src"
     return cu.parent
 
 

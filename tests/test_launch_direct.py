@@ -13,22 +13,14 @@ from triton.backends.nvidia.driver import CudaLauncher
 
 from kda_kernels import launch_cache as lc
 from kda_kernels import launch_direct as ld
+from kda_lab.interpret.offline_launch import cuda_launcher
 
 STREAM, DEVICE = 0x5150, 0
 
 
 def _launcher(calls: list[tuple[Any, ...]], **fields: Any) -> CudaLauncher:
     """A CudaLauncher whose compiled C ``launch`` records its arguments (nothing is compiled or loaded)."""
-    launcher = object.__new__(CudaLauncher)
-    launcher.launch = lambda *a: calls.append(a)
-    launcher.num_ctas = 1
-    launcher.global_scratch_size = launcher.profile_scratch_size = 0
-    launcher.global_scratch_align = launcher.profile_scratch_align = 1
-    launcher.launch_cooperative_grid = False
-    launcher.launch_pdl = False
-    for k, v in fields.items():
-        setattr(launcher, k, v)
-    return launcher
+    return cuda_launcher(lambda *a: calls.append(a), **fields)
 
 
 def _kept(launcher: Any, monkeypatch: pytest.MonkeyPatch) -> lc.KeptLaunch:

@@ -92,6 +92,24 @@ def record_launches(capability: int = 90, sm_count: int = 132, record: bool = Tr
     return rec
 
 
+def cuda_launcher(launch: Any, **fields: Any) -> Any:
+    """A Triton 3.6 ``CudaLauncher`` built without compiling anything: its compiled C ``launch`` is ``launch`` (a
+    recorder), no scratch buffers, no PDL or cooperative grid, one CTA per cluster, unless ``fields`` say
+    otherwise. The shape ``kda_kernels.launch_direct`` needs to take a kept launch (the offline stand-in driver's
+    launcher is a plain function), so CPU tests can check what a direct launch passes."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    launcher = object.__new__(CudaLauncher)
+    launcher.launch = launch
+    launcher.num_ctas = 1
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    launcher.global_scratch_align = launcher.profile_scratch_align = 1
+    launcher.launch_cooperative_grid = launcher.launch_pdl = False
+    for name, value in fields.items():
+        setattr(launcher, name, value)
+    return launcher
+
+
 def offline_candidate(task_dir: Any) -> tuple[Recorder, Any]:
     """The recording stand-in installed (:func:`record_launches`) and the task's candidate loaded with its CUDA
     gates opened for CPU tensors (``runs_here`` true, ``KEEP_ON_CPU``: kept launches keyed on CPU tensors), grad

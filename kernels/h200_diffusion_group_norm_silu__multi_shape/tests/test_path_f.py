@@ -93,7 +93,7 @@ def test_cu_builds_for_sm90a_without_spills(built) -> None:
 def test_dev_l2_microbenchmark_builds_without_spills(tmp_path: Path) -> None:
     assert "// kda: no-spills" in L2_CU.read_text() and "gns_f_step_kernel" not in L2_CU.read_text()
     res = subprocess.run([_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
-                          "-c", str(L2_CU), "-o", str(tmp_path / "l2.o")], capture_output=True, text=True, timeout=600)
+                          f"-I{SRC}", "-c", str(L2_CU), "-o", str(tmp_path / "l2.o")], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     kernels = _ptxas_kernels(res.stdout + res.stderr)
     assert list(kernels) and all("gnsf_l2_stream_kernel" in n for n in kernels), kernels

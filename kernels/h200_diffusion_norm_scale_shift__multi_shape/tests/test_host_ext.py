@@ -96,20 +96,13 @@ def _child() -> None:
     """Offline sm_90a builds of production-like signatures: for each, the kept launch wrapped as a DirectLaunch
     over a CudaLauncher whose C launch records, host_params, the signature, the recorded launch arguments, and what
     registration handed the extension."""
-    from triton.backends.nvidia.driver import CudaLauncher
-
     from kda_kernels import launch_direct
-    from kda_lab.interpret.offline_launch import offline_candidate
+    from kda_lab.interpret.offline_launch import cuda_launcher, offline_candidate
 
     rec, reg = offline_candidate(TASK_DIR)
 
     def as_direct(kept: Any) -> Any:
-        launcher = object.__new__(CudaLauncher)
-        launcher.launch = lambda *a: None
-        launcher.num_ctas = 1
-        launcher.global_scratch_size = launcher.profile_scratch_size = 0
-        launcher.launch_cooperative_grid = launcher.launch_pdl = False
-        kept.launcher = launcher
+        kept.launcher = cuda_launcher(lambda *a: None)
         return launch_direct.direct(kept)
 
     real_keep = reg.launch_and_keep_direct

@@ -2,42 +2,23 @@
 // L2 reuse-window microbenchmark for path F (dev only, H200 / sm_90a): dev/sweep_path_f.py's "l2" step. Path F itself
 // is src/gns_path_f.cu (c009); dev/path_f/pathf.py builds that file together with this one and
 // gns_path_f_binding.cpp into one dev extension. Results of the 2026-11-27 run: docs/notes.md, "L2 window (measured)".
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -c gnsf_l2.cu
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I../../src -c gnsf_l2.cu
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include "gns_device.cuh"
 
 namespace gnsf_l2 {
 
 constexpr int kThreads = 256;  // as path F's blocks
 
-// the createpolicy / hinted 16-byte load and store wrappers of src/gns_path_f.cu (same PTX)
-__device__ __forceinline__ uint64_t pol_evict_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t pol_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t pol_evict_normal() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint4 ldg_hint16(const void* p, uint64_t pol) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p), "l"(pol));
-  return r;
-}
-__device__ __forceinline__ void stg_hint16(void* p, uint4 v, uint64_t pol) {
-  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;\n" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w), "l"(pol)
-               : "memory");
-}
+// the createpolicy / hinted 16-byte load and store wrappers path F uses (src/gns_device.cuh; the builds of this
+// file, dev/path_f/pathf.py and tests/test_cuda_sources.py, put the task's src/ on the include path)
+using gns::ldg_hint16;
+using gns::pol_evict_first;
+using gns::pol_evict_last;
+using gns::pol_evict_normal;
+using gns::stg_hint16;
 
 // One streaming kernel. Reads a (n16 16-byte vectors, policy pa), optionally reads
 // c (same size, policy pc) and optionally writes wr = a ^ c (policy pw). 256 threads x 8 vectors (32 KB of each
