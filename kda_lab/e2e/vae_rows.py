@@ -104,30 +104,40 @@ def vae_row(pipeline_config: str, checkpoint: dict[str, Any], tiny_key: str, lat
     return build
 
 
+# the production latent of each row: the denoised latent of the model's default request (recipes.Recipe.latent)
+LATENTS: dict[str, tuple[int, ...]] = {
+    "wan22_vae_decode": (1, 48, 31, 44, 80),
+    "wan21_vae_decode_480p": (1, 16, 21, 60, 104),
+    "wan21_vae_decode_720p": (1, 16, 21, 90, 160),
+    "ltx2_vae_decode": (1, 128, 16, 16, 24),
+    "qwen_image_vae_decode": (1, 16, 1, 128, 128),
+    "flux1_vae_decode": (1, 16, 128, 128),
+}
+
 VAE_ROWS: tuple[Row, ...] = (
     # FastWan 2.2 TI2V-5B (Wan 2.2 VAE), 704x1280, 121 frames: latent [1, 48, 31, 44, 80] (4x16x16 compression);
     # the pipeline config decodes in fp32 (vae_decode_precision="fp32"). No task row measures this VAE: cites "".
     Row("wan22_vae_decode", "FastWan 2.2 TI2V-5B", "vae", "vaes.wanvae:AutoencoderKLWan", torch.float32, "",
-        vae_row("wan:FastWan2_2_TI2V_5B_Config", WAN22_VAE, "wan22", (1, 48, 31, 44, 80), (1, 48, 2, 2, 2), 31)),
+        vae_row("wan:FastWan2_2_TI2V_5B_Config", WAN22_VAE, "wan22", LATENTS["wan22_vae_decode"], (1, 48, 2, 2, 2), 31)),
     # Wan 2.1 T2V 480P (1.3B config), 480x832, 81 frames: latent [1, 16, 21, 60, 104], bf16 decode. No task row.
     Row("wan21_vae_decode_480p", "Wan 2.1 T2V", "vae", "vaes.wanvae:AutoencoderKLWan", torch.bfloat16, "",
-        vae_row("wan:WanT2V480PConfig", WAN21_VAE, "wan21", (1, 16, 21, 60, 104), (1, 16, 2, 4, 4), 33)),
+        vae_row("wan:WanT2V480PConfig", WAN21_VAE, "wan21", LATENTS["wan21_vae_decode_480p"], (1, 16, 2, 4, 4), 33)),
     # Wan 2.1 T2V 720P (14B config), 720x1280, 81 frames: latent [1, 16, 21, 90, 160], bf16 decode. No task row.
     Row("wan21_vae_decode_720p", "Wan 2.1 T2V", "vae", "vaes.wanvae:AutoencoderKLWan", torch.bfloat16, "",
-        vae_row("wan:WanT2V720PConfig", WAN21_VAE, "wan21", (1, 16, 21, 90, 160), (1, 16, 2, 4, 4), 35)),
+        vae_row("wan:WanT2V720PConfig", WAN21_VAE, "wan21", LATENTS["wan21_vae_decode_720p"], (1, 16, 2, 4, 4), 35)),
     # LTX-2 one-stage, 768x512, 121 frames: latent [1, 128, 16, 16, 24] (32x32 spatial, 8x temporal), bf16, SGLang's
     # default tiled decode (LTX2PipelineConfig.vae_tiling is the base default True). No task row.
     Row("ltx2_vae_decode", "LTX-2", "vae", "vaes.ltx_2_vae:AutoencoderKLLTX2Video", torch.bfloat16, "",
-        vae_row("ltx_2:LTX2PipelineConfig", LTX2_VAE, "ltx2", (1, 128, 16, 16, 24), (1, 128, 2, 2, 2), 37)),
+        vae_row("ltx_2:LTX2PipelineConfig", LTX2_VAE, "ltx2", LATENTS["ltx2_vae_decode"], (1, 128, 2, 2, 2), 37)),
     # Qwen-Image 1024x1024: latent [1, 16, 1, 128, 128] (post_denoising_loop's 5-D unpack), bf16. No task row.
     Row("qwen_image_vae_decode", "Qwen-Image", "vae", "vaes.autoencoder_kl_qwenimage:AutoencoderKLQwenImage",
         torch.bfloat16, "",
-        vae_row("qwen_image:QwenImagePipelineConfig", QWEN_IMAGE_VAE, "qwen", (1, 16, 1, 128, 128),
+        vae_row("qwen_image:QwenImagePipelineConfig", QWEN_IMAGE_VAE, "qwen", LATENTS["qwen_image_vae_decode"],
                 (1, 16, 1, 4, 4), 39)),
     # FLUX.1-dev 1024x1024 (Z-Image decodes the same VAE the same way): latent [1, 16, 128, 128], bf16; its
     # GroupNorm+SiLU at 128x1024x1024 is a production row.
     Row("flux1_vae_decode", "FLUX.1 / Z-Image", "vae", "vaes.autoencoder:AutoencoderKL", torch.bfloat16,
         "h200_diffusion_group_norm_silu__multi_shape:flux_vae_apply_1x128x1024x1024",
-        vae_row("flux:FluxPipelineConfig", FLUX1_VAE, "flux1", (1, 16, 128, 128), (1, 16, 4, 4), 41)),
+        vae_row("flux:FluxPipelineConfig", FLUX1_VAE, "flux1", LATENTS["flux1_vae_decode"], (1, 16, 4, 4), 41)),
 )
 VAE_BY_NAME: dict[str, Row] = {r.name: r for r in VAE_ROWS}
