@@ -4,6 +4,7 @@
     kda_kernels.install()    # swap every promoted function into SGLang (the SGLang patch does this at import)
     kda_kernels.status()     # per function: promoted, arches, stamps, installed, call sites rebound, problems
     kda_kernels.uninstall()  # restore SGLang's originals exactly
+    with kda_kernels.quality("lossless"): ...  # outside an SGLang pipeline: the request tier to serve at
     python -m kda_kernels build   # once per machine: compile promoted CUDA extensions (install() never compiles)
 
 Environment: ``KDA_FORCE_ARCH=h200|b200|baseline`` overrides device dispatch (read at install);
@@ -16,13 +17,14 @@ install() imports them only when something is promoted. See docs/overlay.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Any
 
 from kda_kernels.registry import FAMILIES, TARGETS, SwapTarget
 
 __all__ = ["FAMILIES", "TARGETS", "SwapTarget", "baseline", "build", "install", "kda_object", "lazy_baseline",
-           "status", "uninstall"]
+           "quality", "status", "uninstall"]
 __version__ = "0.1.0"
 
 
@@ -50,6 +52,16 @@ def status() -> dict[str, Any]:
     from kda_kernels import overlay
 
     return overlay.status()
+
+
+def quality(level: str) -> AbstractContextManager[str]:
+    """Serve the block at SGLang request quality ``level`` (``exact``, ``lossless``, ``high``): for code that
+    calls SGLang's modules outside a pipeline. Inside one, SGLang's denoising and decoding stages set the tier
+    from each request; until a request mounts ``lossless``, only ``exact``-tier kernels serve (``kda_kernels.tiers``).
+    """
+    from kda_kernels import tiers
+
+    return tiers.quality(level)
 
 
 def build(families: Iterable[str] | None = None, arches: Iterable[str] | None = None,

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from kda_kernels import tiers
 from kda_kernels._env import FORCE_ENV, forced_arch  # noqa: F401  (re-exported)
 from kda_kernels.contracts import CONTRACTS, Contract, group_norm_silu_eligible
 from kda_kernels.registry import BY_FUNCTION, CAPABILITY_ARCH, SwapTarget
@@ -52,30 +53,56 @@ _SLOTS: dict[str, Callable[..., Any]] = {}  # "kda::name" -> the runner the op b
 # The families whose impl (not SGLang's baseline) served a call while a trace is open (``trace_impl_calls``):
 # `kda e2e` judges a model's overlay-on output by the tolerances of the kernels that actually ran in it, not of
 # every promoted family. None (the serving default) costs one global test per call.
-_TRACE: set[str] | None = None
+class Trace(set):
+    """The families whose impls ran (the set), and per swap target or fast path how many calls its KDA code
+    served and how many went to SGLang (``calls[name] = {"kda": n, "sglang": m}``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, dict[str, int]] = {}
+
+    def note(self, family: str, name: str, kda: bool) -> None:
+        if kda:
+            self.add(family)
+        c = self.calls.get(name)
+        if c is None:
+            c = self.calls[name] = {"kda": 0, "sglang": 0}
+        c["kda" if kda else "sglang"] += 1
+
+    def merge(self, other: Trace) -> None:
+        self |= other
+        for name, c in other.calls.items():
+            mine = self.calls.setdefault(name, {"kda": 0, "sglang": 0})
+            mine["kda"] += c["kda"]
+            mine["sglang"] += c["sglang"]
+
+
+_TRACE: Trace | None = None
 
 
 class trace_impl_calls:
-    """``with trace_impl_calls() as families:`` collects the families whose impls ran inside the block (every
-    dispatched call; under KDA_FORCE_ARCH an impl without ``supports`` is called bare and is not seen)."""
+    """``with trace_impl_calls() as families:`` collects the families whose impls ran inside the block and the
+    per-function call counts (``families.calls``; every dispatched call; under KDA_FORCE_ARCH an exact-tier impl
+    without ``supports`` is called bare and is not seen)."""
 
-    def __enter__(self) -> set[str]:
+    def __enter__(self) -> Trace:
         global _TRACE
         self._outer = _TRACE
-        _TRACE = set()
+        _TRACE = Trace()
         return _TRACE
 
     def __exit__(self, *exc: object) -> None:
         global _TRACE
         if self._outer is not None and _TRACE is not None:
-            self._outer |= _TRACE
+            self._outer.merge(_TRACE)
         _TRACE = self._outer
 
 
-def note_impl_call(family: str) -> None:
-    """Record that ``family``'s own code serves a call (for code outside the runners: the fast paths)."""
+def note_impl_call(family: str, name: str | None = None, kda: bool = True) -> None:
+    """Record that ``family``'s own code (``kda``) or SGLang's serves a call of ``name`` (for code outside the
+    runners: the fast paths)."""
     if _TRACE is not None:
-        _TRACE.add(family)
+        _TRACE.note(family, name or family, kda)
 
 
 class KdaDispatchError(RuntimeError):
@@ -105,23 +132,30 @@ def _cuda_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 # -------------------------------------------------------------------------------------------------- runner
 
 def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[str, Entry],
-                forced: str | None, optional: bool = False, family: str = "") -> Callable[..., Any]:
-    """The per-call arch dispatch for one function (see module docstring)."""
+                forced: str | None, optional: bool = False, family: str = "",
+                tier: str = "lossless") -> Callable[..., Any]:
+    """The per-call arch dispatch for one function (see module docstring). An impl of ``tier`` "lossless" serves
+    only while the running request's quality allows it (``kda_kernels.tiers``); SGLang's baseline otherwise."""
     if optional:
         impls = {arch: (_none_falls_back(impl, baseline), sup) for arch, (impl, sup) in impls.items()}
+    gated = tier != "exact"
+    allowed = tiers.allows_lossless
+    fn = contract.function
 
     if forced is not None:
         impl, supports = impls.get(forced, _NO_IMPL) if forced != "baseline" else _NO_IMPL
         if impl is None:
             return baseline
-        if supports is None:
+        if supports is None and not gated:
             return impl  # the impl itself, no wrapper (and so not traced: a forced arch is a lab/test mode)
 
         def run_forced(*args: Any, **kwargs: Any) -> Any:
-            if supports(*args, **kwargs):
+            if (not gated or allowed()) and (supports is None or supports(*args, **kwargs)):
                 if _TRACE is not None:
-                    _TRACE.add(family)
+                    _TRACE.note(family, fn, True)
                 return impl(*args, **kwargs)
+            if _TRACE is not None:
+                _TRACE.note(family, fn, False)
             return baseline(*args, **kwargs)
 
         return run_forced
@@ -147,10 +181,12 @@ def make_runner(contract: Contract, baseline: Callable[..., Any], impls: dict[st
         if entry is None:
             entry = resolve(index)
         impl, supports = entry
-        if impl is None or (supports is not None and not supports(*args, **kwargs)):
+        if impl is None or (gated and not allowed()) or (supports is not None and not supports(*args, **kwargs)):
+            if _TRACE is not None:
+                _TRACE.note(family, fn, False)
             return baseline(*args, **kwargs)
         if _TRACE is not None:
-            _TRACE.add(family)
+            _TRACE.note(family, fn, True)
         return impl(*args, **kwargs)
 
     run.kda_memo = memo  # type: ignore[attr-defined]
@@ -361,7 +397,8 @@ def build(target: SwapTarget, baseline: Callable[..., Any], impls: dict[str, Ent
                                  forced_entry[1] if forced_entry[0] is not None else None)
         _decorate(public, target, contract, baseline, None, getattr(tensor_public, "kda_op", None), arches, forced)
         return public
-    run = make_runner(contract, baseline, impls, forced, optional=target.kind == "optional", family=target.family)
+    run = make_runner(contract, baseline, impls, forced, optional=target.kind == "optional", family=target.family,
+                      tier=target.tier)
     if contract.canonical is not None:
         run = _canonicalized(run, contract.canonical)
     op = ensure_op(contract)

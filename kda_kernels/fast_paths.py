@@ -46,16 +46,17 @@ def _current_arch() -> str | None:
     return device_arch(torch.cuda.current_device())
 
 
-def _serves(arch: str, forced: str | None, family: str):
-    from kda_kernels import dispatch
+def _serves(arch: str, forced: str | None, fp: FastPath):
+    from kda_kernels import dispatch, tiers
 
     def serves(device: Any) -> bool:
         if forced is not None:
             ok = forced == arch
         else:
             ok = device.type == "cuda" and dispatch.device_arch(device.index if device.index is not None else 0) == arch
-        if ok:
-            dispatch.note_impl_call(family)  # kda e2e: this family's code runs in the model (trace_impl_calls)
+        ok = ok and tiers.allows(fp.tier)  # an exact request's decode stays SGLang's, bit for bit
+        # kda e2e: whether this fast path's code runs in the model (trace_impl_calls)
+        dispatch.note_impl_call(fp.family, fp.name, ok)
         return ok
 
     return serves
@@ -136,7 +137,7 @@ def _activate(fp: FastPath) -> bool:
             if impl is None or not callable(getattr(impl, "install", None)):
                 problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
             else:
-                impl.install(_serves(arch, forced, fp.family))
+                impl.install(_serves(arch, forced, fp))
                 _STATE[fp.name] = (arch, impl, forced)
     except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
         problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")
@@ -168,7 +169,7 @@ def status() -> dict[str, dict[str, Any]]:
         arch, impl, forced = _STATE.get(fp.name, (None, None, None))
         patched = impl.patched() if impl is not None else []
         out[fp.name] = {
-            "family": fp.family, "sglang": fp.sglang, "kda": fp.kda, "kind": "fast_path",
+            "family": fp.family, "sglang": fp.sglang, "kda": fp.kda, "kind": "fast_path", "tier": fp.tier,
             "promoted": st.get("promoted", False),
             "arches": [a for a in st.get("arches", ()) if a in ARCH_CAPABILITY],
             "stamps": {k: st.get(k) for k in STAMP_KEYS},

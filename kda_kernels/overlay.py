@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kda_kernels import fast_paths
+from kda_kernels import fast_paths, tiers
 from kda_kernels._env import DISABLE_ENV, disabled, forced_arch
 from kda_kernels.registry import ARCH_CAPABILITY, FACADE, FAMILIES, FAST_PATH_FAMILIES, TARGETS, SwapTarget
 
@@ -536,6 +536,8 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
         if fn_problems:
             problems[t.function] = fn_problems
     fast_paths.install(families, forced)
+    if _STATE or fast_paths.installed():
+        tiers.hook()  # the request's quality reaches the lossless impls through SGLang's stages
     for fn in [t.function for t in targets]:
         if fn in problems:
             _PROBLEMS[fn] = problems[fn]
@@ -569,8 +571,11 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:
         if isinstance(families, str):
             families = [families]
         fams = set(families) if families is not None else set(FAMILIES) | set(FAST_PATH_FAMILIES)
-        return {**_uninstall([fn for fn, rec in _STATE.items() if rec.target.family in fams]),
-                **fast_paths.uninstall(fams)}
+        out = {**_uninstall([fn for fn, rec in _STATE.items() if rec.target.family in fams]),
+               **fast_paths.uninstall(fams)}
+        if not _STATE and not fast_paths.installed():
+            tiers.unhook()
+        return out
 
 
 # ------------------------------------------------------------------------------------------------ status
@@ -589,6 +594,7 @@ def status() -> dict[str, Any]:
             "sglang": t.sglang,
             "kda": t.kda,
             "kind": t.kind,
+            "tier": t.tier,
             "promoted": st.get("promoted", False),
             "arches": list(rec.arches) if rec else [a for a in st.get("arches", ()) if _impl_dir_exists(t, a)],
             "stamps": {k: st.get(k) for k in STAMP_KEYS},
@@ -598,7 +604,8 @@ def status() -> dict[str, Any]:
             "call_sites": rec.call_sites() if rec else [],
             "rebound": rec.rebound() if rec else [],
             "kernel_registry": rec.registry if rec else None,
-            "problems": [*_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ()))],
+            "problems": [*_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ())),
+                         *(tiers.PROBLEMS if rec is not None and t.tier != "exact" else ())],
             "unavailable": _UNAVAILABLE.get(t.function) if rec is None else None,
         }
         builds = _build_state(t, out[t.function]["arches"])

@@ -33,6 +33,9 @@ class SwapTarget:
     sglang: str  # "module:function" defining the SGLang 0.5.23 baseline
     kind: str = "op"
     unpacks_into: str | None = None  # wrapper kind: the tensor-level function whose op it calls
+    # the lowest SGLang request quality that may run the KDA impl (kda_kernels.tiers): "exact" where the task's
+    # contract (task.toml `exact = true`) holds every candidate bit for bit to SGLang, else "lossless"
+    tier: str = "lossless"
 
     @property
     def module(self) -> str:
@@ -65,18 +68,19 @@ TARGETS: tuple[SwapTarget, ...] = (
                _D + "norm.group_norm_silu_triton:triton_group_norm_silu"),
     SwapTarget("apply_group_norm_silu", "group_norm_silu", _D + "norm.group_norm_silu:apply_group_norm_silu",
                kind="wrapper", unpacks_into="triton_group_norm_silu"),
-    SwapTarget("apply_rotary_embedding", "rotary_embedding", _D + "rope.rotary_triton:apply_rotary_embedding"),
+    SwapTarget("apply_rotary_embedding", "rotary_embedding", _D + "rope.rotary_triton:apply_rotary_embedding",
+               tier="exact"),
     SwapTarget("apply_ltx2_split_rotary_emb", "rotary_embedding",
-               _D + "rope.ltx2_rotary_triton:apply_ltx2_split_rotary_emb"),
+               _D + "rope.ltx2_rotary_triton:apply_ltx2_split_rotary_emb", tier="exact"),
     SwapTarget("fuse_scale_shift_kernel", "fuse_scale_shift", _D + "modulate.scale_shift_triton:fuse_scale_shift_kernel"),
     SwapTarget("fuse_layernorm_scale_shift_gate_select01_kernel", "fuse_scale_shift",
                _D + "modulate.scale_shift_triton:fuse_layernorm_scale_shift_gate_select01_kernel"),
     SwapTarget("fuse_residual_layernorm_scale_shift_gate_select01_kernel", "fuse_scale_shift",
                _D + "modulate.scale_shift_triton:fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
     SwapTarget("rmsnorm_scale", "norm_tanh_mul_add", _D + "norm.native_bf16_rmsnorm_triton:rmsnorm_scale",
-               kind="optional"),
+               kind="optional", tier="exact"),
     SwapTarget("rmsnorm_tanh_residual", "norm_tanh_mul_add",
-               _D + "norm.native_bf16_rmsnorm_triton:rmsnorm_tanh_residual", kind="optional"),
+               _D + "norm.native_bf16_rmsnorm_triton:rmsnorm_tanh_residual", kind="optional", tier="exact"),
     SwapTarget("fused_norm_scale_shift", "norm_scale_shift",
                _D + "norm.scale_residual_norm_cutedsl:fused_norm_scale_shift"),
     SwapTarget("fused_scale_residual_norm_scale_shift", "norm_scale_shift",
@@ -97,6 +101,8 @@ class FastPath:
     family: str
     sglang: str  # the SGLang module whose classes it patches
     kernels: tuple[str, ...]
+    # lowest request quality that may take it (kda_kernels.tiers); a decoder in channels-last moves cuDNN's roundings
+    tier: str = "lossless"
 
     @property
     def family_module(self) -> str:

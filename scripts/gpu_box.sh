@@ -60,7 +60,7 @@ for cmd in "$@"; do
   timeout "${KDA_CMD_TIMEOUT:-0}" python3 -m kda_lab $cmd 2>&1 | tee -a "$OUT/log.txt" || status=1
   # Pack after every command: a call cut off at its limit still brings back what finished.
   ledgers=(kernels/*/benchmark.csv kernels/*/solutions.jsonl)
-  if [ -f e2e/benchmark.csv ]; then ledgers+=(e2e/benchmark.csv); fi
+  if [ -f e2e/rows.csv ]; then ledgers+=(e2e/rows.csv); fi
   tar czf "$OUT/ledgers.tgz" "${ledgers[@]}"
 done
 exit "$status"

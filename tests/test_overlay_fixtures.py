@@ -326,6 +326,12 @@ except ImportError:
     sys.modules["sgl_kernel"] = _SglKernelStub("sgl_kernel")
     sys.modules["sgl_kernel"].__spec__ = importlib.machinery.ModuleSpec("sgl_kernel", None)
 
+# These tests drive the overlay outside any SGLang pipeline, so no request sets a quality tier: the whole
+# subprocess runs at SGLang's default request tier, lossless (the tier tests pass KDA_TEST_QUALITY=exact).
+import kda_kernels as _kda
+_TEST_QUALITY = _kda.quality(os.environ.get("KDA_TEST_QUALITY", "lossless"))
+_TEST_QUALITY.__enter__()
+
 LN = "sglang.multimodal_gen.runtime.layers.layernorm"
 EW = "sglang.multimodal_gen.runtime.layers.elementwise"
 RU = "sglang.multimodal_gen.runtime.layers.rotary_embedding.utils"

@@ -30,13 +30,15 @@ def _versions() -> dict[str, str]:
 
 
 def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, seed: int,
-            profile: bool) -> dict[str, Any]:
-    """Measure one row; every failure becomes a row with status 'failed' and the error (never a traceback)."""
+            profile: bool, quality: str = "lossless", stage: str = "module", graphs_ok: bool = True) -> dict[str, Any]:
+    """Measure one row at SGLang request ``quality``; every failure becomes a row with status 'failed' and the
+    error (never a traceback). ``stage``: a request's stage (``kda_lab.e2e.request``), timed eagerly."""
     import torch
 
-    from kda_lab.e2e import measure, runtime
+    from kda_lab.e2e import measure, runtime, tiering
 
     rec: dict[str, Any] = {"row": row.name, "model": row.model, "module": row.module, "kind": row.kind,
+                           "quality": quality, "stage": stage,
                            "cites": row.cites, "dtype": measure.DTYPE_NAMES.get(row.dtype, str(row.dtype)),
                            "tiny": int(tiny), "trials": trials, "seed": seed,
                            "blocks": "" if row.kind != "dit" else (blocks if blocks is not None else "full")}
@@ -48,6 +50,8 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
         rec["shape"] = built.shape
         if not cuda:
             runtime.native_custom_ops(built.module)
+        retier, forward = tiering.applier(row.kind, built, quality)
+        measure.AFTER_SWITCH[:] = [retier]
         prom = measure.promoted()
         with torch.no_grad():
             if not cuda and not row.cpu_forward:
@@ -58,24 +62,31 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
                            overlay=_overlay_text(st, row), promoted=_promoted_text(prom),
                            error="SGLang's CPU forward of this module needs sgl_kernel's CPU ops")
                 return rec
-            measure.overlay(False)
-            ref = built.forward().detach().clone()
-            measure.overlay(True)
-            st = measure.promoted()
             from kda_kernels.dispatch import trace_impl_calls
 
-            with trace_impl_calls() as ran:  # judged by the kernels that ran in this model, not every promotion
-                out = built.forward().detach().clone()
             measure.overlay(False)
-            tol = measure.family_tolerance(ran, row.dtype)
+            rec["fusions"] = json.dumps(tiering.fusions(built.module, row.kind), sort_keys=True)
+            with trace_impl_calls() as ran_off:
+                ref = forward().detach().clone()
+            rec["coverage_off"] = json.dumps(ran_off.calls, sort_keys=True)
+            measure.overlay(True)
+            st = measure.promoted()
+            with trace_impl_calls() as ran:  # judged by the kernels that ran in this model, not every promotion
+                out = forward().detach().clone()
+            rec["coverage_on"] = json.dumps(ran.calls, sort_keys=True)
+            measure.overlay(False)
+            if quality == "exact":  # SGLang's promise for the exact tier, kept through the overlay: bit for bit
+                tol = measure.Tolerance(0.0, 0.0, "exact tier: bit for bit")
+            else:
+                tol = measure.family_tolerance(ran, row.dtype)
             ok, err = tol.check(ref, out)
             tol_text = f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.source}; ran: {' '.join(sorted(ran)) or 'none'})"
-            if not ok and built.fp32_forward is not None:
+            if not ok and built.fp32_forward is not None and quality != "exact":
                 ok, tol_text = measure.model_agreement(ref, out, built.fp32_forward())
             rec.update(agree=int(ok), max_abs_err=err, tolerance=tol_text,
                        overlay=_overlay_text(st, row), promoted=_promoted_text(prom))
             del ref, out
-            t = measure.time_states(built.forward, trials, seed, cuda)
+            t = measure.time_states(forward, trials, seed, cuda, graphs_ok=graphs_ok)
             rec["timing"] = t.method
             for state in ("off", "on"):
                 dev, eag = t.device_ms[state] or t.eager_ms[state], t.eager_ms[state]
@@ -88,18 +99,23 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
             rec["speedup"] = rec["off_device_ms"] / rec["on_device_ms"]
             rec["eager_speedup"] = rec["off_eager_ms"] / rec["on_eager_ms"]
             if profile:
+                from kda_lab.e2e.kernels import shares, top_kernels
+
                 for state in ("off", "on"):
-                    sh, total = measure.profile_shares(built.forward, state == "on", cuda)
-                    rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in sh.items()}, sort_keys=True)
-                    rec[f"kernel_ms_{state}"] = total
+                    times = measure.profile_times(forward, state == "on", cuda)
+                    rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in shares(times).items()},
+                                                        sort_keys=True)
+                    rec[f"kernel_ms_{state}"] = sum(times.values()) / 1e3
+                    rec[f"top_kernels_{state}"] = json.dumps(top_kernels(times))
         rec["status"] = "ok" if ok else "disagree"
     except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
         rec.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
         if os.environ.get("KDA_E2E_TRACEBACK"):
             traceback.print_exc()
     finally:
-        from kda_lab.e2e.measure import overlay
+        from kda_lab.e2e.measure import AFTER_SWITCH, overlay
 
+        AFTER_SWITCH.clear()
         overlay(False)
         del built
         gc.collect()
@@ -158,10 +174,19 @@ def _build_promoted() -> None:
 def cmd_e2e(args: argparse.Namespace) -> int:
     import torch
 
-    from kda_lab.e2e import ledger, models, runtime
+    from kda_lab.e2e import ledger, models, runtime, tiering
     from kda_lab.measure import env as envmod
     from kda_lab.paths import repo_root
 
+    try:
+        quality = tiering.check_quality(args.quality)
+    except ValueError as e:
+        print(f"kda e2e: {e}", file=sys.stderr)
+        return 2
+    if args.request:
+        from kda_lab.e2e import request
+
+        return request.cmd_request(args, quality)
     try:
         rows = models.select(args.rows, args.model)
     except KeyError as e:
@@ -188,7 +213,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     results = []
     for r in rows:
         print(f"kda e2e: {r.name} ({r.model}, {r.module}) ...", file=sys.stderr, flush=True)
-        rec = run_row(r, device, tiny, blocks, args.trials, seed, profile=not args.no_profile)
+        rec = run_row(r, device, tiny, blocks, args.trials, seed, profile=not args.no_profile, quality=quality)
         rec.update(run_id=run_id, arch=env.get("arch", ""), supersedes=args.supersedes or "",
                    **{k: env.get(k, "") for k in ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda",
                                                   "sglang", "git_commit", "git_dirty", "command")}, **_versions())
@@ -199,10 +224,11 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
-        if not args.no_record:  # the GPU box has no git: the lead copies this back over e2e/benchmark.csv
-            shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-benchmark.csv")
+        if not args.no_record:  # the GPU box has no git: the lead copies this back over e2e/rows.csv
+            shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
     print(f"kda e2e: run {run_id} on {env.get('gpu_name')} ({'tiny' if tiny else 'production'} sizes, "
-          f"DiT blocks {blocks or 'full'}, {args.trials} trials){'' if args.no_record else ', appended to e2e/benchmark.csv'}")
+          f"quality {quality}, DiT blocks {blocks or 'full'}, {args.trials} trials)"
+          f"{'' if args.no_record else ', appended to e2e/rows.csv'}")
     print(table(results))
     return 1 if any(r["status"] != "ok" for r in results) else 0
 
@@ -211,9 +237,14 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("e2e", help="SGLang's own DiT/VAE modules timed with the overlay off vs on",
                               description="Build SGLang 0.5.23's model classes with seeded random weights at "
                                           "production sizes, run them with kda_kernels uninstalled and installed "
-                                          "(interleaved), check agreement, profile, append e2e/benchmark.csv. "
+                                          "(interleaved), check agreement, profile, append e2e/rows.csv. "
                                           "See docs/e2e.md.")
     p.add_argument("--model", nargs="+", help="model names (substring, e.g. wan hunyuan flux)")
+    p.add_argument("--quality", default="lossless", metavar="TIER",
+                   help="SGLang request quality tier: exact, lossless (SGLang's default) or high")
+    p.add_argument("--request", metavar="MODEL",
+                   help="time one whole default request of MODEL (denoising steps + VAE decode; --list-requests)")
+    p.add_argument("--list-requests", action="store_true", help="list the models with a request recipe")
     p.add_argument("--rows", nargs="+", help="e2e row names (--list shows them)")
     p.add_argument("--list", action="store_true", help="list the rows and the production rows they cite")
     p.add_argument("--trials", type=int, default=5)
@@ -225,7 +256,7 @@ def register(subparsers: Any) -> None:
                    "own choice on a GPU; e.g. torch_sdpa when the GPU's flash-attention package is missing)")
     p.add_argument("--seed", type=int, help="input/order seed (default random, recorded)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch profiler pass")
-    p.add_argument("--no-record", action="store_true", help="do not append to e2e/benchmark.csv")
+    p.add_argument("--no-record", action="store_true", help="do not append to e2e/rows.csv")
     p.add_argument("--out", help="also write the results as JSON here (default $OUT when set)")
     p.add_argument("--supersedes", metavar="RUN_ID", help="this run replaces an earlier, mistaken run")
     p.set_defaults(func=cmd_e2e)

@@ -111,3 +111,13 @@ def shares(kernel_times: dict[str, float]) -> dict[str, float]:
         c = classify(name)
         out[c] = out.get(c, 0.0) + t / total
     return dict(sorted(out.items()))
+
+
+def top_kernels(kernel_times: dict[str, float], n: int = 15) -> list[dict[str, object]]:
+    """The ``n`` kernels outside GEMM and attention with the most device time: name (cut to 120 characters),
+    class, ms and share of the stage's total (kernel_times in µs, as the profiler gives them)."""
+    total = sum(kernel_times.values())
+    rest = [(k, v, classify(k)) for k, v in kernel_times.items() if classify(k) not in ("gemm", "attention")]
+    rest.sort(key=lambda kv: -kv[1])
+    return [{"kernel": k[:120], "class": c, "ms": round(v / 1e3, 4), "share": round(v / total, 4) if total else 0.0}
+            for k, v, c in rest[:n]]

@@ -20,6 +20,11 @@ DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float
 
 # ------------------------------------------------------------------------------------------------ overlay state
 
+# Run after every overlay switch: the row's quality tier, applied the way SGLang's stages apply it (a DiT's
+# fusions are mounted again so that the overlay's own entry in SGLang's table sees the request; kda_lab.e2e.tiering).
+AFTER_SWITCH: list[Callable[[], None]] = []
+
+
 def overlay(on: bool) -> None:
     import kda_kernels
 
@@ -27,6 +32,8 @@ def overlay(on: bool) -> None:
         kda_kernels.install()
     else:
         kda_kernels.uninstall()
+    for fn in AFTER_SWITCH:
+        fn()
 
 
 def promoted() -> dict[str, dict[str, Any]]:
@@ -153,19 +160,22 @@ def _capture(fwd: Callable[[], Any]) -> torch.cuda.CUDAGraph | None:
         return None
 
 
-def time_states(fwd: Callable[[], Any], trials: int, seed: int, cuda: bool) -> Timing:
+def time_states(fwd: Callable[[], Any], trials: int, seed: int, cuda: bool, graphs_ok: bool = True) -> Timing:
     """Interleaved off/on trials (order shuffled per trial, seeded): device time per forward (CUDA-graph
-    replay when both states capture, else CUDA events around the eager forward) and eager wall time."""
+    replay when both states capture and ``graphs_ok``, else CUDA events around the eager forward) and eager wall
+    time. Request stages pass ``graphs_ok=False``: SGLang runs them eagerly by default."""
     t = Timing()
     rng = random.Random(seed)
     graphs: dict[str, Any] = {}
-    if cuda:
+    if cuda and graphs_ok:
         for state in ("off", "on"):
             overlay(state == "on")
             graphs[state] = _capture(fwd)
         if any(g is None for g in graphs.values()):
             graphs = {}
         t.method = "cuda-graph" if graphs else "cuda-events"
+    elif cuda:
+        t.method = "cuda-events (eager)"
     else:
         t.method = "wall (cpu)"
     for _ in range(trials):
@@ -202,6 +212,12 @@ def time_states(fwd: Callable[[], Any], trials: int, seed: int, cuda: bool) -> T
 
 def profile_shares(fwd: Callable[[], Any], on: bool, cuda: bool) -> tuple[dict[str, float], float]:
     """({class: share of device time}, total kernel ms) of one forward under the torch profiler."""
+    times = profile_times(fwd, on, cuda)
+    return shares(times), sum(times.values()) / 1e3
+
+
+def profile_times(fwd: Callable[[], Any], on: bool, cuda: bool) -> dict[str, float]:
+    """{kernel name: device µs} of one forward under the torch profiler (CPU: aten ops' self time)."""
     from torch.profiler import ProfilerActivity, profile
 
     overlay(on)
@@ -222,4 +238,4 @@ def profile_shares(fwd: Callable[[], Any], on: bool, cuda: bool) -> tuple[dict[s
         for ev in prof.key_averages():
             if ev.key.startswith("aten::"):
                 times[ev.key] = times.get(ev.key, 0.0) + float(ev.self_cpu_time_total)
-    return shares(times), sum(times.values()) / 1e3
+    return times

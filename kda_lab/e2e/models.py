@@ -24,6 +24,9 @@ class Built:
     shape: str  # input shape summary
     # the same forward with the module and its inputs in fp32 (overlay off): the yardstick of measure.model_agreement
     fp32_forward: Callable[[], torch.Tensor] | None = None
+    # the forward of a request at SGLang quality tier q, where the row's own code applies the tier (a decode through
+    # the decoding stage); None: kda_lab.e2e.tiering applies it around ``forward``
+    at_quality: Callable[[str], Callable[[], Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,19 +52,25 @@ def sglang_class(path: str) -> type:
 def init_weights(module: torch.nn.Module, seed: int) -> None:
     """Seeded random weights scaled like a trained model's: matrices and conv kernels N(0, 1/fan_in) (unit-scale
     activations through each layer), norm scales 1 + N(0, 0.02²), biases and other vectors N(0, 0.02²)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gens: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for name, p in module.named_parameters():
             if p.numel() == 0 or not p.dtype.is_floating_point:
                 continue
+            # drawn where the parameter lives: a full-depth DiT (10-20 B parameters) draws in seconds on a GPU
+            gen = gens.get(p.device)
+            if gen is None:
+                gen = gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            kw = dict(generator=gen, device=p.device, dtype=torch.float32)
             if p.dim() >= 2:
                 fan_in = p[0].numel()
-                vals = torch.randn(p.shape, generator=gen) * (fan_in ** -0.5)
+                vals = torch.randn(p.shape, **kw) * (fan_in ** -0.5)
             elif name.endswith("weight") or name.endswith("scale") or name.endswith(".g") or name.endswith("gamma"):
-                vals = 1.0 + 0.02 * torch.randn(p.shape, generator=gen)
+                vals = 1.0 + 0.02 * torch.randn(p.shape, **kw)
             else:
-                vals = 0.02 * torch.randn(p.shape, generator=gen)
+                vals = 0.02 * torch.randn(p.shape, **kw)
             p.copy_(vals.to(p.dtype))
+            del vals
 
 
 def _rand(gen: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -75,10 +84,12 @@ def _dit(config_cls: str, model_cls: str, arch: dict[str, Any], device: str, dty
     cfg.update_model_arch(dict(arch))
     # SGLang's loader sets the compute dtype before it builds a DiT (loader/fsdp_load.py); its attention layers
     # pick their backend from it, and under the fp32 default an H200 DiT would get torch SDPA instead of FA3.
+    from sglang.multimodal_gen.runtime.loader.utils import set_default_torch_dtype
     from sglang.multimodal_gen.runtime.utils.precision import set_mixed_precision_policy
 
     set_mixed_precision_policy(param_dtype=dtype, reduce_dtype=torch.float32)
-    with torch.device(device):
+    # the loader builds a DiT under its param dtype (loader/utils.py: initialize_model), buffers included
+    with torch.device(device), set_default_torch_dtype(dtype):
         model = sglang_class(model_cls)(cfg, {})
     model = model.to(dtype=dtype).eval()
     init_weights(model, seed)
@@ -107,16 +118,23 @@ def _first(out: Any) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------------ DiTs
 
-def build_wan(device: str, tiny: bool, blocks: int | None) -> Built:
+def build_wan(device: str, tiny: bool, blocks: int | None, arch_over: dict[str, Any] | None = None,
+              latent: tuple[int, ...] | None = None) -> Built:
     # Wan 2.2 T2V A14B, 81 frames: latent 21x60x120 / (1,2,2) patches = 37800 tokens of 5120 (40 heads x 128).
+    # arch_over/latent: another Wan checkpoint at its own size (a request recipe, e.g. FastWan 2.2 TI2V-5B).
     if tiny:
         arch = dict(num_attention_heads=2, attention_head_dim=32, num_layers=blocks or 2, ffn_dim=128, text_dim=64,
                     freq_dim=32)
-        latent, text = (1, 16, 2, 8, 8), (1, 12, 64)
+        if arch_over and "in_channels" in arch_over:
+            arch.update(in_channels=arch_over["in_channels"], out_channels=arch_over["out_channels"])
+        latent, text = (1, arch.get("in_channels", 16), 2, 8, 8), (1, 12, 64)
     else:
-        arch = dict(num_layers=blocks or 40, num_attention_heads=40, attention_head_dim=128, ffn_dim=13824,
+        arch = dict(num_layers=40, num_attention_heads=40, attention_head_dim=128, ffn_dim=13824,
                     text_dim=4096, freq_dim=256, in_channels=16, out_channels=16)
-        latent, text = (1, 16, 21, 60, 120), (1, 512, 4096)
+        arch.update(arch_over or {})
+        if blocks:
+            arch["num_layers"] = blocks
+        latent, text = latent or (1, 16, 21, 60, 120), (1, 512, 4096)
     dtype = torch.bfloat16
     model, _ = _dit("wanvideo:WanVideoConfig", "dits.wanvideo:WanTransformer3DModel", arch, device, dtype, 1)
     gen = torch.Generator().manual_seed(2)
@@ -126,8 +144,10 @@ def build_wan(device: str, tiny: bool, blocks: int | None) -> Built:
                  f"latent {list(latent)}, text {list(text)}")
 
 
-def build_hunyuan(device: str, tiny: bool, blocks: int | None) -> Built:
-    # HunyuanVideo 65 frames at 480x848: latent 17x60x106 / (1,2,2) patches = 27030 video tokens (+ 55 text).
+def build_hunyuan(device: str, tiny: bool, blocks: int | None, latent: tuple[int, ...] | None = None) -> Built:
+    # HunyuanVideo 65 frames at 480x848: latent 17x60x106 / (1,2,2) patches = 27030 video tokens (+ 55 text);
+    # latent: another size (the request recipe's 125x720x1280: 32x90x160 -> 115200 tokens).
+    want = latent
     if tiny:
         arch = dict(num_attention_heads=2, attention_head_dim=32, num_layers=blocks or 1, num_single_layers=blocks or 1,
                     num_refiner_layers=1, text_embed_dim=64, pooled_projection_dim=32, rope_axes_dim=(8, 12, 12))
@@ -135,7 +155,7 @@ def build_hunyuan(device: str, tiny: bool, blocks: int | None) -> Built:
     else:
         n = blocks or 20
         arch = dict(num_layers=n, num_single_layers=2 * n)
-        latent, text, pooled = (1, 16, 17, 60, 106), (1, 55, 4096), (1, 768)
+        latent, text, pooled = want or (1, 16, 17, 60, 106), (1, 55, 4096), (1, 768)
     dtype = torch.bfloat16
     model, _ = _dit("hunyuanvideo:HunyuanVideoConfig", "dits.hunyuanvideo:HunyuanVideoTransformer3DModel", arch,
                     device, dtype, 3)
@@ -212,8 +232,9 @@ def build_flux(device: str, tiny: bool, blocks: int | None) -> Built:
                  f"image tokens {img[1]}, text {list(txt)}")
 
 
-def build_ltx2(device: str, tiny: bool, blocks: int | None) -> Built:
+def build_ltx2(device: str, tiny: bool, blocks: int | None, batch: int = 1, text_tokens: int | None = None) -> Built:
     # LTX-2 video+audio DiT: 6144 video tokens of 4096 (32 heads x 128), 126 audio tokens of 2048 (32 x 64).
+    # batch/text_tokens: a default request's forward (CFG batched: batch 2; Gemma text padded to 1024).
     if tiny:
         arch = dict(num_layers=blocks or 1, num_attention_heads=2, attention_head_dim=32, cross_attention_dim=64,
                     caption_channels=32, in_channels=16, out_channels=16, audio_num_attention_heads=2,
@@ -222,7 +243,7 @@ def build_ltx2(device: str, tiny: bool, blocks: int | None) -> Built:
         frames, h, w, audio, text = 2, 4, 4, 6, 8
     else:
         arch = dict(num_layers=blocks or 48)
-        frames, h, w, audio, text = 16, 16, 24, 126, 128
+        frames, h, w, audio, text = 16, 16, 24, 126, text_tokens or 128
     # LTX2Config defaults to interleaved RoPE; the production rows this row cites are split RoPE (the captured
     # LTX-2 / LTX-2.3 calls of apply_ltx2_split_rotary_emb; SGLang's LTX-2.5 config also says SPLIT). Under the
     # default the split kernel never runs and the row measures nothing of the rotary family.
@@ -231,14 +252,15 @@ def build_ltx2(device: str, tiny: bool, blocks: int | None) -> Built:
     model, cfg = _dit("ltx_2:LTX2Config", "dits.ltx_2:LTX2VideoTransformer3DModel", arch, device, dtype, 11)
     ac = cfg.arch_config
     gen = torch.Generator().manual_seed(12)
-    video = _rand(gen, (1, frames * h * w, ac.in_channels), dtype, device)
-    audio_x = _rand(gen, (1, audio, getattr(ac, "audio_in_channels", 128)), dtype, device)
-    ctx = _rand(gen, (1, text, ac.caption_channels), dtype, device)
-    actx = _rand(gen, (1, text, ac.caption_channels), dtype, device)
-    t = torch.tensor([0.5], device=device, dtype=dtype)
+    b = batch
+    video = _rand(gen, (b, frames * h * w, ac.in_channels), dtype, device)
+    audio_x = _rand(gen, (b, audio, getattr(ac, "audio_in_channels", 128)), dtype, device)
+    ctx = _rand(gen, (b, text, ac.caption_channels), dtype, device)
+    actx = _rand(gen, (b, text, ac.caption_channels), dtype, device)
+    t = torch.tensor([0.5] * b, device=device, dtype=dtype)
     return Built(model, _forward_context(lambda: _first(model(
         video, audio_x, ctx, actx, t, num_frames=frames, height=h, width=w, audio_num_frames=audio))), arch,
-        f"video tokens {frames * h * w}, audio tokens {audio}, text {text}")
+        f"batch {b}, video tokens {frames * h * w}, audio tokens {audio}, text {text}")
 
 
 # ------------------------------------------------------------------------------------------------ VAEs

@@ -15,6 +15,7 @@ production row of a task folder to cite have ``cites=""``: no task measures a Wa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -99,7 +100,10 @@ def vae_row(pipeline_config: str, checkpoint: dict[str, Any], tiny_key: str, lat
             # (temporary_module_dtype) and back; "exact" runs the reference path of any gated fast path
             return sb.decode(vae, z, args, "exact", vae_dtype=torch.float32).float()
 
-        return Built(vae, lambda: sb.decode(vae, z, args, "lossless"), config, f"latent {list(shape)}", fp32)
+        def at_quality(quality: str) -> Callable[[], torch.Tensor]:
+            return lambda: sb.decode(vae, z, args, quality)
+
+        return Built(vae, at_quality("lossless"), config, f"latent {list(shape)}", fp32, at_quality)
 
     return build
 
@@ -141,3 +145,28 @@ VAE_ROWS: tuple[Row, ...] = (
         vae_row("flux:FluxPipelineConfig", FLUX1_VAE, "flux1", LATENTS["flux1_vae_decode"], (1, 16, 4, 4), 41)),
 )
 VAE_BY_NAME: dict[str, Row] = {r.name: r for r in VAE_ROWS}
+
+
+@dataclass(frozen=True)
+class RequestVae:
+    """How a request recipe's decode is built (``kda e2e --request``; the latent is the recipe's own)."""
+
+    pipeline_config: str
+    checkpoint: dict[str, Any]
+    tiny_key: str
+    tiny_latent: tuple[int, ...]
+    seed: int
+
+
+# hunyuanvideo-community/HunyuanVideo vae/config.json: SGLang's HunyuanVAEArchConfig defaults are this VAE
+HUNYUAN_VAE: dict[str, Any] = {"_class_name": "AutoencoderKLHunyuanVideo"}
+TINY["hunyuan"] = {"block_out_channels": (16, 16, 32, 32), "layers_per_block": 1, "norm_num_groups": 8}
+REQUEST_VAES: dict[str, RequestVae] = {
+    "qwen_image": RequestVae("qwen_image:QwenImagePipelineConfig", QWEN_IMAGE_VAE, "qwen", (1, 16, 1, 4, 4), 39),
+    "zimage_turbo": RequestVae("zimage:ZImagePipelineConfig", FLUX1_VAE, "flux1", (1, 16, 4, 4), 41),
+    "zimage": RequestVae("zimage:ZImagePipelineConfig", FLUX1_VAE, "flux1", (1, 16, 4, 4), 41),
+    "flux1_dev": RequestVae("flux:FluxPipelineConfig", FLUX1_VAE, "flux1", (1, 16, 4, 4), 41),
+    "hunyuanvideo": RequestVae("hunyuan:HunyuanConfig", HUNYUAN_VAE, "hunyuan", (1, 16, 2, 2, 2), 43),
+    "ltx2": RequestVae("ltx_2:LTX2PipelineConfig", LTX2_VAE, "ltx2", (1, 128, 2, 2, 2), 37),
+    "fastwan22_ti2v_5b": RequestVae("wan:FastWan2_2_TI2V_5B_Config", WAN22_VAE, "wan22", (1, 48, 2, 2, 2), 31),
+}

@@ -53,7 +53,7 @@ def _new_rows(kind: str, base: str, box: str, rel: str) -> list[dict]:
 
 
 def _kind(rel: str) -> str:
-    if rel == "e2e/benchmark.csv":
+    if rel == "e2e/rows.csv":
         return "e2e"
     if rel.endswith(ledger.BENCHMARK_FILE):
         return "benchmark"
