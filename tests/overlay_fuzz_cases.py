@@ -407,6 +407,7 @@ def compare(fn: str, name: str, args: dict[str, Any], overlay: Callable[..., Any
         ref = None
         row["oracle_error"] = f"{type(e).__name__}: {e}"[:200]
     faults = sglang_faults(fn, args)
+    outs: dict[str, Any] = {}
     for side, f in (("sglang", sglang), ("overlay", overlay)):
         if side == "sglang" and faults is not None:
             row[side] = {"error": f"not run: {faults}", "faults": True}
@@ -417,6 +418,7 @@ def compare(fn: str, name: str, args: dict[str, Any], overlay: Callable[..., Any
         elif r["out"] is None:
             row[side] = {"none": True}  # the optional kind: SGLang declined (the caller's eager path runs)
         else:
+            outs[side] = r["out"]
             strides = [list(o.stride()) for o in r["out"]]
             shapes = [list(o.shape) for o in r["out"]]
             if ref is None:  # no oracle: the overlay must match SGLang's shapes and layout, and be finite
@@ -425,7 +427,28 @@ def compare(fn: str, name: str, args: dict[str, Any], overlay: Callable[..., Any
             else:
                 err, ok = _error(r["out"], ref, dtype, tol)
                 row[side] = {"max_abs_err": err, "ok": ok, "strides": strides, "shapes": shapes}
+    if "sglang" in outs and "overlay" in outs:  # the exact tier's promise: the overlay's bits are SGLang's
+        a, b = outs["sglang"], outs["overlay"]
+        row["bit_equal"] = len(a) == len(b) and all(bits_equal(x, y) for x, y in zip(a, b, strict=True))
     return row
+
+
+def bits_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Same dtype, shape and bytes (NaN payloads and signed zeros included)."""
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    return torch.equal(x.contiguous().view(-1).view(torch.uint8), y.contiguous().view(-1).view(torch.uint8))
+
+
+def exact_tier_verdict(row: dict[str, Any]) -> str | None:
+    """Why an ``exact``-tier call through the overlay is not SGLang's, bit for bit (None: it is). Where SGLang
+    refuses, returns None or computes a wrong answer, the overlay keeps its own rules (verdict)."""
+    s = row["sglang"]
+    if s.get("faults") or "error" in s or s.get("none") or not s.get("ok", True):
+        return verdict(row)
+    if row.get("bit_equal") is not True:
+        return f"exact tier: the overlay's output differs from SGLang's (bit_equal={row.get('bit_equal')})"
+    return None
 
 
 def verdict(row: dict[str, Any]) -> str | None:

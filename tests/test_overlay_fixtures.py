@@ -328,9 +328,11 @@ except ImportError:
 
 # These tests drive the overlay outside any SGLang pipeline, so no request sets a quality tier: the whole
 # subprocess runs at SGLang's default request tier, lossless (the tier tests pass KDA_TEST_QUALITY=exact).
+# "none": no block, only SGLang's stages set the tier (tests/test_tiers.py).
 import kda_kernels as _kda
-_TEST_QUALITY = _kda.quality(os.environ.get("KDA_TEST_QUALITY", "lossless"))
-_TEST_QUALITY.__enter__()
+if os.environ.get("KDA_TEST_QUALITY", "lossless") != "none":
+    _TEST_QUALITY = _kda.quality(os.environ.get("KDA_TEST_QUALITY", "lossless"))
+    _TEST_QUALITY.__enter__()
 
 LN = "sglang.multimodal_gen.runtime.layers.layernorm"
 EW = "sglang.multimodal_gen.runtime.layers.elementwise"

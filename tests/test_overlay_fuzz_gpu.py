@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -113,3 +114,45 @@ def test_layout_fuzz_overlay_and_sglang_against_the_oracle():
     # the reproduction the issue reports: SGLang wrong with strided affine views, the overlay right
     assert any(row["case"].endswith("/affine_strided") and row["fn"] == "triton_group_norm_silu"
                for row in r["sglang_wrong"]), "expected SGLang 0.5.23's strided weight/bias bug to reproduce"
+
+
+def test_exact_tier_requests_get_sglangs_bits_through_the_overlay():
+    """SGLang promises an ``exact`` request the reference path bit for bit: with the overlay installed, every
+    swap target at the exact tier returns SGLang's bytes wherever SGLang returns a right answer (issue #35 item 3).
+    At ``lossless`` the lossless impls must serve (else this test would pass with the overlay doing nothing)."""
+    code = [LOAD_CASES, """
+    import kda_kernels
+    from kda_kernels.dispatch import trace_impl_calls
+    from kda_kernels.registry import TARGETS
+    st = kda_kernels.install()
+    from sglang.kernels.ops import diffusion as D
+    dtypes = (torch.float16, torch.bfloat16, torch.float32)
+    rows, served = [], {}
+    with trace_impl_calls() as ran:
+        for t in TARGETS:
+            if not st[t.function]["installed"]:
+                continue
+            gen = fz.cases(t.function, "cuda", dtypes, big=False)
+            if gen is None:
+                continue
+            tol = fz.tolerances(t.family, "h200")
+            for name, args in gen:
+                row = fz.compare(t.function, name, args, getattr(D, t.function), kda_kernels.baseline(t.function), tol)
+                row["tier"] = t.tier
+                row["exact_verdict"] = fz.exact_tier_verdict(row)
+                rows.append(row)
+    emit({"quality": kda_kernels.tiers.current() if hasattr(kda_kernels, "tiers") else None,
+          "bad": [r for r in rows if r["exact_verdict"]], "n": len(rows), "calls": ran.calls,
+          "tiers": {t.function: t.tier for t in TARGETS}})
+    """]
+    exact = fx.run_py(None, code, env={"KDA_TEST_QUALITY": "exact"}, timeout=900)
+    assert exact["quality"] == "exact" and exact["n"] > 0
+    assert exact["bad"] == [], json.dumps(exact["bad"][:20], indent=1, default=str)
+    lossless_kda = {fn for fn, c in exact["calls"].items() if c["kda"] and exact["tiers"].get(fn) != "exact"}
+    assert lossless_kda == set(), f"lossless impls served exact-tier calls: {lossless_kda}"
+    lossless = fx.run_py(None, code, env={"KDA_TEST_QUALITY": "lossless"}, timeout=900)
+    served = {fn for fn, c in lossless["calls"].items() if c["kda"] and lossless["tiers"].get(fn) != "exact"}
+    assert served, "no lossless impl served a lossless-tier call: the tier gate would be untested"
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "exact_tier_fuzz.json").write_text(json.dumps(
+            {"exact": exact, "lossless_served": sorted(served)}, indent=1, default=str))
