@@ -62,6 +62,26 @@ def _serves(arch: str, forced: str | None, fp: FastPath):
     return serves
 
 
+def _gate_device_test(impl: Any, fp: FastPath) -> None:
+    """Put the tier test in front of an impl's own device test (``_device_ok(x, serves)``), which takes CPU tensors
+    in Triton's interpreter without asking ``serves``: an exact request stays SGLang's on every device. Impls
+    exported before tiers existed keep their source (and its hash) unchanged."""
+    import sys as _sys
+
+    from kda_kernels import tiers
+
+    mod = _sys.modules.get(type(impl).__module__)
+    test = getattr(mod, "_device_ok", None) if mod is not None else None
+    if test is None or getattr(test, "kda_tier_gated", False):
+        return
+
+    def device_ok(x: Any, serves: Any) -> bool:
+        return tiers.allows(fp.tier) and test(x, serves)
+
+    device_ok.kda_tier_gated = True  # type: ignore[attr-defined]
+    mod.__dict__["_device_ok"] = device_ok
+
+
 class _PatchOnImport:
     """A ``sys.meta_path`` finder that lets the patched SGLang module load as usual and activates its waiting fast
     paths right after: ``install()`` inside ``import sglang`` must not import SGLang's diffusion runtime (seconds,
@@ -137,6 +157,7 @@ def _activate(fp: FastPath) -> bool:
             if impl is None or not callable(getattr(impl, "install", None)):
                 problems.append(f"{arch} impl has no FAST_PATHS[{fp.name!r}] with install()/uninstall()")
             else:
+                _gate_device_test(impl, fp)
                 impl.install(_serves(arch, forced, fp))
                 _STATE[fp.name] = (arch, impl, forced)
     except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang

@@ -183,7 +183,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kda e2e: {e}", file=sys.stderr)
         return 2
-    if args.request:
+    if args.request or args.list_requests:
         from kda_lab.e2e import request
 
         return request.cmd_request(args, quality)
