@@ -64,6 +64,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             continue
         print(f"{t.slug:<52} {t.arch:<5} {t.family:<18} {tr.status:<48} "
               f"{(f'{head.geomean:.3f}x' if head and head.geomean else '-'):>7}  {vs_best_peer_cell(tr)}")
+        if tr.status.startswith("promoted") and t.arch == "h200":
+            from kda_lab.e2e.coverage import flag
+            from kda_lab.paths import repo_root
+
+            note = flag(repo_root(), t.family)
+            if note == "off the default path":  # e2e rows at SGLang's default tier never ran this family's code
+                print(f"    {note}: no lossless-tier kda e2e row ran its kernels (docs/e2e.md, coverage)")
         if args.rows:
             latest = latest_row_numbers(t)
             for w in t.workloads:

@@ -1,8 +1,14 @@
-"""The end-to-end section of docs/leaderboard.md and its plot, from e2e/benchmark.csv only (`kda report`).
+"""The end-to-end section of docs/leaderboard.md and its plots, from the e2e ledgers only (`kda report`).
 
-Shown: per e2e row, its latest GPU measurement (runs superseded by a later run left out): overlay off/on device
-time, speedup, eager speedup, agreement, and the share of device time in the swap-target families' kernels
-(what the overlay can touch: Amdahl). CPU rows (CI's tiny configurations) are counted, not shown.
+Shown, latest GPU measurement each (runs superseded by a later run left out; CPU rows, CI's tiny configurations,
+counted, not shown):
+
+- whole requests (``kda e2e --request``) at their tier: per stage off/on, the request speedup, each stage's
+  share, and a stacked-bar plot per model (the headline numbers);
+- which promoted families a request at each tier actually ran (coverage);
+- module rows per tier, and the frozen pre-tier rows (e2e/benchmark.csv) marked ``exact (legacy)``: overlay off/on
+  device time, speedup, eager speedup, agreement, and the share of device time in the swap-target families'
+  kernels (what the overlay can touch: Amdahl).
 """
 
 from __future__ import annotations
@@ -17,19 +23,36 @@ PLOT = Path("docs/plots/e2e/speedup.png")
 
 
 def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
-    """(latest GPU measurement per row in ledger order, number of CPU rows)."""
-    rows = ledger.read(root)
+    """(latest GPU module measurement per (row, tier) in ledger order, the legacy rows first; number of CPU rows)."""
+    rows = [*ledger.read_legacy(root), *ledger.read(root)]
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    latest: dict[str, dict[str, str]] = {}
+    latest: dict[tuple[str, str], dict[str, str]] = {}
     cpu = 0
     for r in rows:
-        if r["run_id"] in superseded:
+        if r["run_id"] in superseded or r.get("stage", "module") != "module":
             continue
         if r["gpu_name"] in ("", "cpu"):
             cpu += 1
             continue
-        latest[r["row"]] = r
+        latest[(r["row"], r["quality"])] = r
     return list(latest.values()), cpu
+
+
+def latest_requests(root: Path) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
+    """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier."""
+    from kda_lab.e2e.request import summarize
+
+    rows = ledger.read(root)
+    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
+    runs: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for r in rows:
+        if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu"):
+            continue
+        key = (r["request"], r["quality"])
+        if runs.get(key) and runs[key][0]["run_id"] != r["run_id"]:
+            runs[key] = []
+        runs.setdefault(key, []).append(r)
+    return [(req, q, summarize(stage_rows), stage_rows) for (req, q), stage_rows in runs.items()]
 
 
 def family_share(r: dict[str, str]) -> dict[str, float]:
@@ -44,28 +67,83 @@ def _num(v: str, fmt: str) -> str:
         return "–"
 
 
+def _request_section(root: Path) -> list[str]:
+    reqs = latest_requests(root)
+    if not reqs:
+        return ["**No whole-request measurements yet** (`kda e2e --request MODEL` on an H200, docs/e2e.md).", ""]
+    out = ["### Whole requests (`kda e2e --request`)", "",
+           "One default request as SGLang runs it: the recipe's DiT forwards (one full-depth forward timed, eager, "
+           "times the forwards per request) plus the VAE decode; text encoding left out. Device time, overlay off "
+           "vs on, at the request's tier.", "",
+           "| request | tier | DiT forwards | step off / on ms | denoise off / on ms | decode off / on ms | "
+           "request off / on ms | request | denoise | decode | decode share | run |",
+           "|---|---|---:|---|---|---|---|---:|---:|---:|---:|---|"]
+    for req, q, s, stage_rows in reqs:
+        run = stage_rows[0]["run_id"]
+        if not s:
+            bad = "; ".join(f"{x['stage']} {x['status']}" for x in stage_rows)
+            out.append(f"| {req} | {q} | – | – | – | – | – | – | – | – | – | `{run}` {bad} |")
+            continue
+        o, n = s["off"], s["on"]
+        out.append(f"| {req} | {q} | {s['forwards']} | {o['step_ms']:.1f} / {n['step_ms']:.1f} | "
+                   f"{o['denoise_ms']:.0f} / {n['denoise_ms']:.0f} | {o['decode_ms']:.0f} / {n['decode_ms']:.0f} | "
+                   f"{o['request_ms']:.0f} / {n['request_ms']:.0f} | **{s['speedup']:.3f}×** | "
+                   f"{s['denoise_speedup']:.3f}× | {s['decode_speedup']:.3f}× | {s['decode_share_off']:.0%} | `{run}` |")
+    out += ["", *(f"![{req} at {q}, by stage]({_request_plot(req, q).relative_to('docs').as_posix()})"
+                  for req, q, s, _ in reqs if s), ""]
+    return out
+
+
+def _coverage_section(root: Path) -> list[str]:
+    from kda_kernels.registry import FAMILIES, FAST_PATH_FAMILIES
+    from kda_lab.e2e.coverage import served
+
+    by_tier = served(root)
+    if not by_tier:
+        return []
+    tiers = [t for t in ("exact", "lossless", "high") if t in by_tier]
+    out = ["### Which promoted kernels ran, per tier", "",
+           "Calls the overlay served with KDA code / handed to SGLang, summed over the latest GPU rows at each tier "
+           "(`coverage_on`). A lossless kernel hands exact-tier calls to SGLang; a kernel whose SGLang call site a "
+           "default-tier fusion replaces is never called.", "",
+           "| function | tier it needs | " + " | ".join(f"{t}: KDA / SGLang calls" for t in tiers) + " |",
+           "|---|---|" + "---|" * len(tiers)]
+    from kda_kernels.registry import BY_FUNCTION
+
+    names = [*(fn for fns in FAMILIES.values() for fn in fns), *(fp.name for fp in FAST_PATH_FAMILIES.values())]
+    for fn in names:
+        need = BY_FUNCTION[fn].tier if fn in BY_FUNCTION else "lossless"
+        cells = []
+        for t in tiers:
+            c = by_tier[t].get(fn)
+            cells.append(f"{c['kda']} / {c['sglang']}" if c else "not called")
+        out.append(f"| `{fn}` | {need} | " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
 def section(root: Path) -> str:
     rows, cpu = latest_gpu_rows(root)
-    out = ["## End to end: SGLang's own models (`kda e2e`)", "",
+    out = ["## End to end: SGLang's own models (`kda e2e`)", "", *_request_section(root), *_coverage_section(root),
+           "### Module rows", "",
            "SGLang 0.5.23's model classes (DiT stacks, VAE decoders, the LTX-2 latent upsampler) with seeded random "
            "weights at production sizes, overlay off vs on, interleaved ([docs/e2e.md](e2e.md)). Speedup = off "
            "median / on median of device time; swap-target share = share of the off run's device time in kernels "
            "of the families the overlay can replace.", ""]
     if not rows:
-        out += ["**No GPU measurements in e2e/benchmark.csv yet**: run `kda e2e` on an H200 (docs/e2e.md)."]
+        out += ["**No GPU measurements in e2e/rows.csv yet**: run `kda e2e` on an H200 (docs/e2e.md)."]
         if cpu:
             out.append(f"{cpu} rows measured on a CPU (tiny configurations) are not shown.")
         return "\n".join(out) + "\n"
-    out += ["| row | model | cites | DiT blocks | off ms | on ms | speedup | eager | agree | swap-target share "
+    out += ["| row | model | tier | cites | DiT blocks | off ms | on ms | speedup | eager | agree | swap-target share "
             "| GEMM | attention | conv | run |",
-            "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
+            "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
     for r in rows:
         fam = family_share(r)
         sh = json.loads(r["shares_off"]) if r.get("shares_off") else {}
         fam_text = ", ".join(f"{k} {v:.1%}" for k, v in sorted(fam.items(), key=lambda kv: -kv[1])) or "0"
         agree = {"1": "yes", "0": "**no**"}.get(r["agree"], "–")
-        cites = r["cites"].split(":")[-1]
-        out.append(f"| `{r['row']}` | {r['model']} | `{cites}` | {r['blocks'] or '–'} | "
+        cites = r["cites"].split(":")[-1] or "–"
+        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | `{cites}` | {r['blocks'] or '–'} | "
                    f"{_num(r['off_device_ms'], '.2f')} | {_num(r['on_device_ms'], '.2f')} | "
                    f"{_num(r['speedup'], '.3f')}× | {_num(r['eager_speedup'], '.3f')}× | {agree} | {fam_text} | "
                    f"{sh.get('gemm', 0):.0%} | {sh.get('attention', 0):.0%} | {sh.get('conv', 0):.0%} | "
@@ -76,22 +154,53 @@ def section(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def _request_plot(request: str, quality: str) -> Path:
+    return PLOT.parent / f"request_{request}_{quality}.png"
+
+
 def plot_paths(root: Path) -> list[Path]:
     rows, _ = latest_gpu_rows(root)
-    return [root / PLOT] if rows else []
+    reqs = [root / _request_plot(req, q) for req, q, s, _ in latest_requests(root) if s]
+    return ([root / PLOT] if rows else []) + reqs
 
 
-def draw(root: Path) -> list[Path]:
-    rows, _ = latest_gpu_rows(root)
-    rows = [r for r in rows if r.get("speedup")]
-    if not rows:
-        return []
+def _draw_request(root: Path, request: str, quality: str, s: dict[str, Any]) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r["row"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    states = ["overlay off", "overlay on"]
+    den = [s["off"]["denoise_ms"] / 1e3, s["on"]["denoise_ms"] / 1e3]
+    dec = [s["off"]["decode_ms"] / 1e3, s["on"]["decode_ms"] / 1e3]
+    ax.bar(states, den, color="#4a7ab5", label=f"denoise ({s['forwards']} DiT forwards)")
+    ax.bar(states, dec, bottom=den, color="#d98c3a", label="VAE decode")
+    for i in range(2):
+        ax.annotate(f"{den[i] + dec[i]:.2f} s", (i, den[i] + dec[i]), ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("device time per request (s)")
+    ax.set_title(f"{request} ({quality}): request {s['speedup']:.3f}x", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = root / _request_plot(request, quality)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def draw(root: Path) -> list[Path]:
+    written = [_draw_request(root, req, q, s) for req, q, s, _ in latest_requests(root) if s]
+    rows, _ = latest_gpu_rows(root)
+    rows = [r for r in rows if r.get("speedup")]
+    if not rows:
+        return written
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [f"{r['row']} ({r['quality']})" for r in rows]
     speed = [float(r["speedup"]) for r in rows]
     share = [sum(family_share(r).values()) * 100 for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 2), 4.2))
@@ -109,7 +218,7 @@ def draw(root: Path) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return [out]
+    return [out, *written]
 
 
 def summary(root: Path) -> dict[str, Any]:
