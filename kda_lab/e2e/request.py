@@ -69,7 +69,7 @@ def forwards(r: recipes.Recipe) -> int:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The request from its stage rows: per state denoise = step x forwards, request = denoise + decode; the
     request speedup and each stage's share of the off request."""
-    by = {r["stage"]: r for r in rows if r.get("status") == "ok"}
+    by = {r["stage"]: r for r in rows if r.get("status") == "ok" and r.get("off_device_ms") not in (None, "")}
     if DENOISE not in by or DECODE not in by:
         return {}
     n = int(by[DENOISE]["steps"])
