@@ -157,6 +157,28 @@ def test_kernel_names_map_to_families_and_categories() -> None:
     assert s == {"family:group_norm_silu": 0.3, "gemm": 0.5, "other": 0.2}
 
 
+def test_a_decode_splits_into_the_buckets_of_the_video_vae_issue() -> None:
+    from kda_lab.e2e.kernels import top_kernels, vae_bucket, vae_split
+
+    names = {
+        "sm90_xmma_fprop_implicit_gemm_indexed_f16f16_f16f32_f32_ndhwc": "conv",
+        "void cudnn::engines_precompiled::nchwToNhwcKernel<__half>": "layout",
+        "void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda>": "layout",
+        "void at::native::CatArrayBatchedCopy<OpaqueType<2u>, unsigned int, 4, 128, 1>": "pad_cat",
+        "void at::native::replication_pad3d_kernel<c10::Half>": "pad_cat",
+        "void at::native::upsample_nearest3d_out_frame<c10::Half>": "upsample",
+        "_group_norm_silu_contiguous_kernel": "norm_act",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>": "norm_act",
+        "flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": "attention",
+        "void at::native::elementwise_kernel<128, 4>": "other",
+    }
+    assert {n: vae_bucket(n) for n in names} == names
+    split = vae_split({n: 1000.0 for n in names})  # µs in, ms out
+    assert split["conv"] == 1.0 and split["layout"] == 2.0 and sum(split.values()) == len(names)
+    top = top_kernels({"sm90_xmma_gemm_x": 90.0, "nchwToNhwcKernel": 6.0, "foo": 4.0}, n=1)
+    assert top == [{"kernel": "nchwToNhwcKernel", "class": "conv", "ms": 0.006, "share": 0.06}]
+
+
 def _gpu_row(run_id: str, row: str, speedup: float, shares: dict[str, float], supersedes: str = "") -> dict:
     return {"run_id": run_id, "arch": "h200", "row": row, "model": "HunyuanVideo", "module": "vaes.hunyuanvae:X",
             "kind": "vae", "quality": "lossless", "stage": "module", "cites": f"{GN}:hunyuanvideo_apply_1x128x17x256x256", "status": "ok",
@@ -460,3 +482,18 @@ def test_a_request_is_its_stage_rows(tmp_path: Path) -> None:
 
     assert [x["stage"] for x in ledger.read(root)] == ["denoise_step", "decode"]
     assert request.summarize([step]) == {}  # no total without both stages
+
+
+def test_conv_flops_count_every_convolution_call() -> None:
+    import torch
+
+    from kda_lab.e2e.measure import ConvFlops
+
+    m = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1, groups=2))
+    with ConvFlops(m) as c, torch.no_grad():
+        m(torch.randn(1, 4, 10, 10))
+        m(torch.randn(1, 4, 10, 10))
+    # per call: 800 outputs x 4 inputs x 9 taps x 2, then 800 x 4 (8 channels / 2 groups) x 1 x 2
+    assert c.flops == 2 * (2 * 800 * 4 * 9 + 2 * 800 * 4)
+    m(torch.randn(1, 4, 10, 10))
+    assert c.flops == 2 * (2 * 800 * 4 * 9 + 2 * 800 * 4)  # hooks removed on exit

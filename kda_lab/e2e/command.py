@@ -99,10 +99,16 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
             rec["speedup"] = rec["off_device_ms"] / rec["on_device_ms"]
             rec["eager_speedup"] = rec["off_eager_ms"] / rec["on_eager_ms"]
             if profile:
-                from kda_lab.e2e.kernels import shares, top_kernels
+                from kda_lab.e2e.kernels import shares, top_kernels, vae_split
 
                 for state in ("off", "on"):
-                    times = measure.profile_times(forward, state == "on", cuda)
+                    with measure.ConvFlops(built.module) as flops:
+                        times = measure.profile_times(forward, state == "on", cuda)
+                    if row.kind == "vae":  # the decode split and the conv floor (issue #36)
+                        split = vae_split(times)
+                        rec[f"split_{state}"] = json.dumps(split, sort_keys=True)
+                        if split.get("conv"):
+                            rec[f"conv_tflops_{state}"] = flops.flops / (split["conv"] * 1e-3) / 1e12
                     rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in shares(times).items()},
                                                         sort_keys=True)
                     rec[f"kernel_ms_{state}"] = sum(times.values()) / 1e3

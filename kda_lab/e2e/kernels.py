@@ -121,3 +121,37 @@ def top_kernels(kernel_times: dict[str, float], n: int = 15) -> list[dict[str, o
     rest.sort(key=lambda kv: -kv[1])
     return [{"kernel": k[:120], "class": c, "ms": round(v / 1e3, 4), "share": round(v / total, 4) if total else 0.0}
             for k, v, c in rest[:n]]
+
+
+# The decode split of a VAE's device time (issue #36): convolutions, their norm+activation glue, pads and concats,
+# layout copies, upsampling, attention, GEMM and the rest, from kernel names as the profiler gives them.
+VAE_BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("layout", ("nchwtonhwc", "nhwctonchw", "direct_copy_kernel", "copy_kernel", "transpose", "permute")),
+    ("pad_cat", ("pad", "catarraybatchedcopy", "cat_", "_cat")),
+    ("upsample", ("upsample", "interp")),
+    ("norm_act", ("group_norm", "groupnorm", "rms_norm", "rmsnorm", "layer_norm", "silu", "gelu", "gns_",
+                  "norm_kernel", "welford")),
+)
+
+
+def vae_bucket(kernel_name: str) -> str:
+    """One of conv / layout / pad_cat / upsample / norm_act / attention / gemm / other."""
+    low = kernel_name.lower()
+    c = classify(kernel_name)
+    if c.startswith("family:"):
+        return "pad_cat" if c == "family:replicate_pad3d" else "norm_act"
+    if c in ("attention", "gemm"):
+        return c
+    for bucket, pats in VAE_BUCKETS:
+        if any(p in low for p in pats):
+            return bucket
+    return "conv" if c == "conv" else "other"
+
+
+def vae_split(kernel_times: dict[str, float]) -> dict[str, float]:
+    """{bucket: device ms} of a decode (kernel_times in µs)."""
+    out: dict[str, float] = {}
+    for name, t in kernel_times.items():
+        b = vae_bucket(name)
+        out[b] = out.get(b, 0.0) + t / 1e3
+    return {k: round(v, 4) for k, v in sorted(out.items())}

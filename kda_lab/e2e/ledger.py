@@ -45,7 +45,8 @@ E2E_FILE = "rows.csv"
 # stage: "module" (one forward), or a request's "denoise_step" / "decode" (request: the recipe's model name; steps:
 # the transformer forwards per request that the step row's time is multiplied by); coverage_*: per swap target /
 # fast path, calls served by KDA and by SGLang; fusions: SGLang's quality-gated fusions and VAE fast paths mounted;
-# top_kernels_*: the stage's kernels outside GEMM and attention by device time.
+# top_kernels_*: the stage's kernels outside GEMM and attention by device time; split_* / conv_tflops_* (VAE rows):
+# device ms per decode bucket (kernels.vae_split) and the convolutions' FLOPs over their device time.
 E2E_COLUMNS: tuple[str, ...] = (
     "ts", "run_id", "arch", "row", "model", "module", "kind", "quality", "stage", "request", "steps",
     "cites", "config", "shape", "dtype", "blocks", "tiny", "timing", "trials", "seed",
@@ -55,12 +56,14 @@ E2E_COLUMNS: tuple[str, ...] = (
     "eager_speedup",
     "agree", "max_abs_err", "tolerance",
     "kernel_ms_off", "kernel_ms_on", "shares_off", "shares_on", "top_kernels_off", "top_kernels_on",
+    "split_off", "split_on", "conv_tflops_off", "conv_tflops_on",
     "coverage_off", "coverage_on", "fusions",
     "promoted", "overlay", "status", "error",
     "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "transformers", "diffusers",
     "git_commit", "git_dirty", "command", "supersedes", "chain",
 )
-FLOATS = tuple(c for c in E2E_COLUMNS if c.endswith("_ms") or c in ("speedup", "eager_speedup", "max_abs_err"))
+FLOATS = tuple(c for c in E2E_COLUMNS if c.endswith("_ms") or c.startswith("conv_tflops")
+               or c in ("speedup", "eager_speedup", "max_abs_err"))
 STATUSES = ("ok", "disagree", "failed")
 QUALITIES = ("exact", "lossless", "high")
 STAGES = ("module", "denoise_step", "decode")

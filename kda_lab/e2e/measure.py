@@ -239,3 +239,26 @@ def profile_times(fwd: Callable[[], Any], on: bool, cuda: bool) -> dict[str, flo
             if ev.key.startswith("aten::"):
                 times[ev.key] = times.get(ev.key, 0.0) + float(ev.self_cpu_time_total)
     return times
+
+
+class ConvFlops:
+    """``with ConvFlops(module) as c: forward()``: the multiply-add FLOPs (2 per MAC) of every Conv1d/2d/3d call
+    inside (output elements x input channels per group x kernel volume x 2): the conv floor's work."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.flops = 0
+
+    def _hook(self, m: torch.nn.Module, args: Any, out: Any) -> None:
+        if isinstance(out, torch.Tensor):
+            k = math.prod(m.kernel_size)
+            self.flops += 2 * out.numel() * (m.in_channels // m.groups) * k
+
+    def __enter__(self) -> ConvFlops:
+        convs = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+        self._handles = [m.register_forward_hook(self._hook) for m in self.module.modules() if isinstance(m, convs)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self._handles:
+            h.remove()
