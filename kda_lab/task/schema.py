@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +22,8 @@ REQUIRED_FILES = (
     "prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
     "src/register.py", "tests/test_correctness.py",
 )
-TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes"}
+TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes",
+            "seeds"}
 FUNCTION_KEYS = {"name", "sglang", "entry", "reads", "writes", "exact", "note"}
 
 
@@ -56,6 +58,7 @@ class Task:
     tolerances: dict[str, Tolerance]
     workloads: tuple[Workload, ...]
     notes: str = ""
+    seeds: int = 2  # seeds per row a check needs to count as evidence (task.toml ``seeds``)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -140,7 +143,8 @@ def parse_task(raw: dict[str, Any], path: Path) -> Task:
     _require(not dup, f"{where}: duplicate row names {sorted(dup)}")
     _require(any(w.kind == "production" for w in workloads), f"{where}: no production rows")
     return Task(slug=slug, arch=arch, family=family, title=raw.get("title", slug), path=path, functions=functions,
-                tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), raw=raw)
+                tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), seeds=raw.get("seeds", 2),
+                raw=raw)
 
 
 def resolve_task_dir(name: str | Path) -> Path:
@@ -183,45 +187,53 @@ def _helper_path(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / f"{name}.py"
 
 
-def hashed_helpers(py_texts: list[bytes]) -> list[tuple[str, bytes]]:
+def _installed_helper(name: str) -> bytes:
+    path = _helper_path(name)
+    return path.read_bytes() if path is not None and path.is_file() else b"<missing>"
+
+
+def hashed_helpers(py_texts: list[bytes], helper: Callable[[str], bytes] = _installed_helper
+                   ) -> list[tuple[str, bytes]]:
     """(``kda_kernels/<helper>.py``, its bytes) for each HASHED_HELPERS module that one of these sources imports:
     the part of a source hash that lives outside src/ (the exporter copies src/ only, the helper ships in
-    kda_kernels)."""
+    kda_kernels). ``helper``: a helper's bytes by name (default: the installed kda_kernels'; a commit's when a
+    hash is recomputed from git, kda_lab.commits)."""
     used = {name for name in HASHED_HELPERS if any(f"kda_kernels.{name}".encode() in t for t in py_texts)}
     used |= {dep for name in tuple(used) for dep in HELPER_IMPORTS.get(name, ())}
-    out = []
-    for name in HASHED_HELPERS:
-        if name in used:
-            path = _helper_path(name)
-            out.append((f"kda_kernels/{name}.py",
-                        path.read_bytes() if path is not None and path.is_file() else b"<missing>"))
-    return out
+    return [(f"kda_kernels/{name}.py", helper(name)) for name in HASHED_HELPERS if name in used]
 
 
-def hash_files(base: Path, rels: list[str]) -> str:
-    """The source hash over an explicit list of files under ``base`` (relative paths, sorted by path): sha256 of
-    each path and its bytes, plus each kda_kernels helper of HASHED_HELPERS that one of the .py files imports. The
-    exporter hashes the list of files it copies with this, so a copy list that differs from the hash's shows."""
+def hash_contents(files: dict[str, bytes], helper: Callable[[str], bytes] = _installed_helper) -> str:
+    """The source hash of ``files`` (relative path -> bytes): sha256 of each path and its bytes in path order,
+    plus each kda_kernels helper of HASHED_HELPERS that one of the .py files imports."""
     h = hashlib.sha256()
     texts = []
-    for rel in sorted(rels, key=lambda r: (base / r)):
-        data = (base / rel).read_bytes()
+    for rel in sorted(files, key=Path):  # Path order, as source hashes always were
+        data = files[rel]
         h.update(rel.encode() + b"\0" + data + b"\0")
         if rel.endswith(".py"):
             texts.append(data)
-    for helper, data in hashed_helpers(texts):
-        h.update(helper.encode() + b"\0" + data + b"\0")
+    for name, data in hashed_helpers(texts, helper):
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
+
+
+def hash_files(base: Path, rels: list[str]) -> str:
+    """The source hash over an explicit list of files under ``base`` (relative paths): :func:`hash_contents` of
+    their bytes. The exporter hashes the list of files it copies with this, so a copy list that differs from the
+    hash's shows."""
+    return hash_contents({rel: (base / rel).read_bytes() for rel in rels})
+
+
+def hashed_source(rel: Path) -> bool:
+    """Whether a file (path relative to src/) is part of the source hash: caches and build outputs are not."""
+    return not ("__pycache__" in rel.parts or rel.suffix in (".pyc", ".so", ".o") or "build" in rel.parts)
 
 
 def source_hash(src_dir: Path) -> str:
     """The candidate's source hash: ``hash_files`` over src/, caches and build outputs excluded."""
-    rels = []
-    for p in src_dir.rglob("*"):
-        rel = p.relative_to(src_dir)
-        if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".so", ".o") or "build" in rel.parts:
-            continue
-        rels.append(rel.as_posix())
+    rels = [p.relative_to(src_dir).as_posix() for p in src_dir.rglob("*")
+            if not p.is_dir() and hashed_source(p.relative_to(src_dir))]
     return hash_files(src_dir, rels)
 
 
