@@ -9,19 +9,10 @@ it supersedes, never by editing.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger import (
-    LedgerError,
-    _chain,
-    _row_content,
-    chained_csv,
-    validate_against_git,
-    validate_git_history,
-)
+from kda_lab.ledger_io import LedgerError, append_csv, csv_rows, read_text, validate_csv
 
 E2E_DIR = "e2e"
 E2E_FILE = "benchmark.csv"
@@ -49,61 +40,29 @@ def path(root: Path) -> Path:
 
 def read(root: Path) -> list[dict[str, str]]:
     p = path(root)
-    return rows_from_text(p.read_text()) if p.exists() else []
+    return rows_from_text(read_text(p)) if p.exists() else []
 
 
 def rows_from_text(text: str) -> list[dict[str, str]]:
     """:func:`read` of an e2e/benchmark.csv's text."""
-    return list(csv.DictReader(io.StringIO(text))) if text else []
+    return csv_rows(text)
 
 
 def append(root: Path, rows: list[dict[str, Any]]) -> None:
-    """Append rows (unknown keys rejected), extending the hash chain; creates e2e/benchmark.csv if needed."""
-    p = path(root)
-    existing = read(root)
-    prev = existing[-1]["chain"] if existing else ""
+    """Append rows (unknown keys rejected), extending the hash chain under the ledger lock (kda_lab.ledger_io);
+    creates e2e/benchmark.csv if needed."""
     def known_status(row: dict[str, Any]) -> None:
         if row.get("status") not in STATUSES:
             raise LedgerError(f"status {row.get('status')!r} not in {STATUSES}")
 
-    text = chained_csv(E2E_COLUMNS, rows, prev, header=not p.exists() or p.stat().st_size == 0,
-                       name="e2e/benchmark.csv", check=known_status)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("a", newline="") as f:
-        f.write(text)
+    append_csv(path(root), E2E_COLUMNS, rows, name="e2e/benchmark.csv", check=known_status)
 
 
 def validate(root: Path) -> list[str]:
-    """Header, statuses, numbers, environment columns, hash chain, a cut last line, and append-only against the
-    whole git history and HEAD (the task ledgers' rules)."""
-    p = path(root)
-    if not p.exists():
-        return []
-    text = p.read_text()
-    problems: list[str] = []
-    if not text or text.splitlines()[0] != ",".join(E2E_COLUMNS):
-        return [f"{E2E_DIR}/{E2E_FILE}: header differs from kda_lab.e2e.ledger.E2E_COLUMNS"]
-    prev = ""
-    for i, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
-        where = f"{E2E_DIR}/{E2E_FILE}:{i}"
-        if None in row or any(v is None for v in row.values()):
-            problems.append(f"{where}: wrong number of fields")
-            return problems
-        if row["status"] not in STATUSES:
-            problems.append(f"{where}: status {row['status']!r} not in {STATUSES}")
-        for c in FLOATS:
-            if row[c]:
-                try:
-                    float(row[c])
-                except ValueError:
-                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
-        missing = [c for c in ENV if not row[c]]
-        if missing:
-            problems.append(f"{where}: environment columns empty: {missing}")
-        if row["chain"] != _chain(prev, _row_content(row, E2E_COLUMNS)):
-            problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
-            return problems
-        prev = row["chain"]
-    if not text.endswith("\n"):
-        problems.append(f"{E2E_DIR}/{E2E_FILE}: the last line is cut (no newline at the end of the file)")
-    return problems + validate_git_history(p) + validate_against_git(p)
+    """Header, statuses, numbers, environment columns, duplicate (run_id, row), hash chain, a cut last line, and
+    append-only against the whole git history and HEAD (the task ledgers' rules, kda_lab.ledger_io)."""
+    def known_status(row: dict[str, str]) -> str:
+        return "" if row["status"] in STATUSES else f"status {row['status']!r} not in {STATUSES}"
+
+    return validate_csv(path(root), E2E_COLUMNS, f"{E2E_DIR}/{E2E_FILE}", FLOATS, ENV, check=known_status,
+                        unique=("run_id", "row"))

@@ -198,7 +198,7 @@ def _call(task: Task, workload: Workload, fn: Callable[..., Any], contract: Func
                           f"kda_kernels.lazy_baseline({workload.fn!r})), not the facade")
     except CallViolation as e:
         return Call(error=str(e))
-    except Exception as e:  # noqa: BLE001 - an implementation that raises fails the row, with the reason
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - raising fails the row, with the reason; exiting too
         return Call(error=f"raised {type(e).__name__}: {e}")
     return Call(outs=tuple(bitwise_copy(o) for o in live), live=live)
 

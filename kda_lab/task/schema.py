@@ -16,6 +16,7 @@ from kda_lab import ARCH_CAPABILITY, SGLANG_PIN
 from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.paths import kernels_dir
 from kda_lab.task.byte_model import ByteModel
+from kda_lab.task.types import type_problems
 from kda_lab.task.workloads import DTYPES, Workload, parse_workload
 
 REQUIRED_FILES = (
@@ -91,6 +92,8 @@ def _require(cond: bool, msg: str) -> None:
 
 def parse_task(raw: dict[str, Any], path: Path) -> Task:
     where = f"{path / 'task.toml'}"
+    wrong = type_problems(raw, where)
+    _require(not wrong, "\n    ".join(wrong))
     unknown = set(raw) - TOP_KEYS
     _require(not unknown, f"{where}: unknown keys {sorted(unknown)}")
     for key in ("slug", "arch", "family", "functions", "tolerances", "workloads"):
@@ -126,8 +129,8 @@ def parse_task(raw: dict[str, Any], path: Path) -> Task:
     for w in raw["workloads"]:
         try:
             wl = parse_workload(w)
-        except ValueError as e:
-            raise TaskError(f"{where}: {e}") from e
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            raise TaskError(f"{where}: workload {w.get('name')!r}: {type(e).__name__}: {e}") from None
         _require(wl.fn in functions, f"{where}: row {wl.name!r} names undeclared function {wl.fn!r}")
         if wl.kind == "production":
             _require(bool(wl.model and wl.preset and wl.source),
@@ -161,9 +164,9 @@ def resolve_task_dir(name: str | Path) -> Path:
 def load_task(name: str | Path) -> Task:
     path = resolve_task_dir(name)
     try:
-        raw = tomllib.loads((path / "task.toml").read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from e
+        raw = tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from None
     return parse_task(raw, path)
 
 
@@ -238,7 +241,11 @@ def source_hash(src_dir: Path) -> str:
 
 
 def load_candidate(task: Task) -> ModuleType:
-    """Import ``src/register.py`` under a private module name (importing must not need a GPU)."""
+    """Import ``src/register.py`` under a private module name (importing must not need a GPU).
+
+    A guarded call: whatever the import raises, ``SystemExit`` and ``KeyboardInterrupt`` included, becomes a
+    TaskError naming it, so a candidate can neither end the checker (``sys.exit(0)`` in register.py made `kda
+    validate` stop half way with exit 0) nor print a traceback at the user."""
     path = task.src_dir / "register.py"
     name = f"_kda_candidate_{task.slug}"
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(task.src_dir)])
@@ -249,8 +256,15 @@ def load_candidate(task: Task) -> ModuleType:
     sys.path.insert(0, str(task.src_dir))
     try:
         spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001 - the candidate is untrusted code: nothing it raises may escape
+        sys.modules.pop(name, None)
+        if isinstance(e, GeneratorExit):
+            raise
+        raise TaskError(f"{path}: importing the candidate raised {type(e).__name__}: {e}"
+                        + (" (a candidate may not exit the checker)" if isinstance(e, SystemExit) else "")) from None
     finally:
-        sys.path.remove(str(task.src_dir))
+        if str(task.src_dir) in sys.path:
+            sys.path.remove(str(task.src_dir))
     exports = getattr(module, "EXPORTS", None)
     if not isinstance(exports, dict):
         raise TaskError(f"{path}: must define EXPORTS = {{sglang_function_name: callable}}")
@@ -259,4 +273,7 @@ def load_candidate(task: Task) -> ModuleType:
     if missing or extra:
         raise TaskError(f"{path}: EXPORTS keys must equal the task's functions (missing {sorted(missing)}, "
                         f"unexpected {sorted(extra)})")
+    bad = sorted(k for k, v in exports.items() if not callable(v))
+    if bad:
+        raise TaskError(f"{path}: EXPORTS values must be callables (not for {bad})")
     return module

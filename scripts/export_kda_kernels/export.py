@@ -101,9 +101,14 @@ def load_task_meta(task_dir: Path) -> TaskMeta:
     if not path.exists():
         raise Refusal(f"{task_dir}: no task.toml")
     try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise Refusal(f"{path}: not valid TOML: {e}") from e
+    from kda_lab.task.types import type_problems
+
+    wrong = type_problems(raw, str(path))
+    if wrong:
+        raise Refusal("\n  ".join(wrong))
     for key in ("slug", "arch", "family", "functions"):
         if key not in raw:
             raise Refusal(f"{path}: missing {key!r}")
@@ -795,12 +800,30 @@ def check(root: Path, out=print) -> int:
         if not init.exists() or init.read_text() != expected:
             problems.append(f"{init.relative_to(root).as_posix()}: differs from what the exporter generates "
                             "(hand-edited or out of date; run the export again)")
+    problems += task_toml_problems(root)
     for p in problems:
         out(f"FAIL {p}")
     if not problems:
         out("ok: every exported copy matches its task's current sources; its stamps recompute from the ledger "
             "rows it names; the evidence still holds; family stamps are generated")
     return 1 if problems else 0
+
+
+def task_toml_problems(root: Path) -> list[str]:
+    """Every task.toml under kernels/ that does not parse or holds a value of the wrong type (`kda validate` says
+    more; --check refuses to say ok over a task the lab cannot read)."""
+    import tomllib as _toml
+
+    from kda_lab.task.types import type_problems
+
+    problems: list[str] = []
+    for d in task_dirs(root):
+        path = d / "task.toml"
+        try:
+            problems += type_problems(_toml.loads(path.read_text(encoding="utf-8")), path.relative_to(root).as_posix())
+        except (_toml.TOMLDecodeError, UnicodeDecodeError) as e:
+            problems.append(f"{path.relative_to(root).as_posix()}: not valid TOML: {e}")
+    return problems
 
 
 def list_tasks(root: Path, out=print) -> int:
