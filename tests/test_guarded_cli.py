@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from kda_lab import cli
-from tests.test_interpret_candidate import FSS, ROTARY, task_copy
+from tests.test_interpret_candidate import FSS, REPO, ROTARY, task_copy
+
+REPO_FSS_SRC = REPO / "kernels" / FSS / "src"
 
 EXITS = {
     "SystemExit": "import sys\nsys.exit(0)\n",
@@ -111,3 +113,18 @@ def test_interpret_rows_must_exist(tmp_path, monkeypatch, capsys):
     lab(tmp_path, monkeypatch)
     rc, out = kda(capsys, "check", FSS, "--interpret", "--no-record", "--rows", "nosuch")
     assert rc == 2 and "unknown rows ['nosuch']" in out, out
+
+
+def test_no_record_never_hands_out_a_candidate_id(tmp_path, monkeypatch, capsys):
+    """A --no-record run of a new source hash printed c0NN, and the next recorded run gave c0NN to another hash."""
+    from kda_lab.ledger import read_solutions
+
+    task = lab(tmp_path, monkeypatch, (REPO_FSS_SRC / "register.py").read_text() + "\n# revision A\n")
+    rc, out = kda(capsys, "check", FSS, "--interpret", "--no-record", "--rows", "test_tail_bc_modulation")
+    assert rc == 0 and "candidate unrecorded" in out, out
+    ids_before = {r["id"] for r in read_solutions(task)}
+    (task / "src" / "register.py").write_text((REPO_FSS_SRC / "register.py").read_text() + "\n# revision B\n")
+    rc, out = kda(capsys, "check", FSS, "--interpret", "--rows", "test_tail_bc_modulation")
+    new = [r for r in read_solutions(task) if r["id"] not in ids_before]
+    assert new and all(r["event"] in ("register", "interpret") for r in new)
+    assert len({r["source_hash"] for r in new}) == 1  # the new id belongs to revision B alone

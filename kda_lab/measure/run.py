@@ -142,6 +142,9 @@ def announce_arch(task: Task, env: dict[str, str], show: Callable[[str], None]) 
         show(notice)
 
 
+UNRECORDED = "unrecorded"  # the id of a new source hash in a run that records nothing (--no-record)
+
+
 @dataclass
 class Candidate:
     id: str
@@ -161,8 +164,10 @@ def candidate_identity(task: Task, register: bool = True) -> Candidate:
     if same:
         return Candidate(same[-1]["id"], h, same[-1]["status"], module.EXPORTS, is_baseline)
     ids = [r["id"] for r in rows]
-    new_id = f"c{len(set(ids)):03d}"
     status = "baseline" if is_baseline else "proposed"
+    if not register:  # an id is handed out only by recording it: a later recorded run may take the next one
+        return Candidate(UNRECORDED, h, status, module.EXPORTS, is_baseline)
+    new_id = f"c{len(set(ids)):03d}"
     if register:
         env = capture(repo_root(), torch.device("cuda") if torch.cuda.is_available() else None)
         ledger.append_solution(task.path, id=new_id, parent=ids[-1] if ids else None, status=status, event="register",
