@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -100,6 +101,7 @@ def src_hash(root, slug=SLUG):
 
 
 ALL_ROWS = [name for name, _ in TABLE] + ["a-test-row"]
+_CHECKS = itertools.count(1)  # each check row its own run id (validate refuses a run recorded twice)
 
 
 def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=0, slug=SLUG, rows=None, seeds=2,
@@ -107,7 +109,7 @@ def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=
     """A check row as the harness writes it: every row (or ``rows``) x ``seeds``, at a commit holding src/."""
     rows = ALL_ROWS if rows is None else rows
     ledger.append_solution(root / "kernels" / slug, id="c001", parent=None, status=status, event="check", source_hash=h,
-                           arch=arch, gpu=gpu, evidence={"run_id": run_id or f"chk-{status}", "passed": 24,
+                           arch=arch, gpu=gpu, evidence={"run_id": run_id or f"chk-{status}-{next(_CHECKS)}", "passed": 24,
                                                          "failed": failed, "rows": rows, "seeds": seeds},
                            git_commit=git_commit or commit(root), command="kda check", note="")
 

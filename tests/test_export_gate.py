@@ -158,7 +158,7 @@ def test_check_verifies_the_commits_of_the_manifests_rows(lab, capsys, tmp_path)
 
 
 def test_commit_gap_outside_git(tmp_path: Path):
-    from kda_lab.commits import commit_gap
+    from kda_lab.task.commits import commit_gap
 
     (tmp_path / "task" / "src").mkdir(parents=True)
     assert "not in a git repository" in commit_gap(tmp_path / "task", "0" * 40, "x")

@@ -200,7 +200,7 @@ def hashed_helpers(py_texts: list[bytes], helper: Callable[[str], bytes] = _inst
     """(``kda_kernels/<helper>.py``, its bytes) for each HASHED_HELPERS module that one of these sources imports:
     the part of a source hash that lives outside src/ (the exporter copies src/ only, the helper ships in
     kda_kernels). ``helper``: a helper's bytes by name (default: the installed kda_kernels'; a commit's when a
-    hash is recomputed from git, kda_lab.commits)."""
+    hash is recomputed from git, kda_lab.task.commits)."""
     used = {name for name in HASHED_HELPERS if any(f"kda_kernels.{name}".encode() in t for t in py_texts)}
     used |= {dep for name in tuple(used) for dep in HELPER_IMPORTS.get(name, ())}
     return [(f"kda_kernels/{name}.py", helper(name)) for name in HASHED_HELPERS if name in used]

@@ -19,7 +19,7 @@ identifies the task's arch (``kda_lab.evidence``: an H100 is not an H200):
   evidence), and no ``check`` of that hash that failed, on any GPU, before or after it (a failing check blocks
   its hash for good);
 - both the check row and every row of the bench run name a ``git_commit`` in HEAD's history that holds src/ at
-  that source hash (``kda_lab.commits``: a made-up commit, or one measured on uncommitted sources, never counts);
+  that source hash (``kda_lab.task.commits``: a made-up commit, or one measured on uncommitted sources, never counts);
 - benchmark.csv: the latest ``bench`` run (one run_id, not superseded) of that hash that covers every
   production row of task.toml with a finite speedup (a partial run neither promotes nor replaces a whole-table
   run), with an equal-weight geomean >= 1.0 and no row below 0.97x.
@@ -256,8 +256,8 @@ def _evidence_runs(task: TaskMeta, rows: list[dict[str, str]], h: str) -> dict[s
 
 
 def _commit_gap(task: TaskMeta, rows: list[dict[str, Any]], h: str) -> str:
-    """'' when every row's git_commit is in HEAD's history and holds src/ at h (kda_lab.commits); else why not."""
-    from kda_lab.commits import commit_gap
+    """'' when every row's git_commit is in HEAD's history and holds src/ at h (kda_lab.task.commits); else why not."""
+    from kda_lab.task.commits import commit_gap
 
     for commit in dict.fromkeys(str(r.get("git_commit") or "") for r in rows):
         why = commit_gap(task.path, commit, h)
