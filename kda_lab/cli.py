@@ -101,7 +101,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from kda_lab.paths import repo_root
 
         problems = e2e_ledger.validate(repo_root())
-        print(f"{'ok     ' if not problems else 'INVALID'} {e2e_ledger.E2E_DIR}/{e2e_ledger.E2E_FILE}")
+        print(f"{'ok     ' if not problems else 'INVALID'} {e2e_ledger.E2E_DIR}/ ({e2e_ledger.LEGACY_FILE}, {e2e_ledger.E2E_FILE})")
         for p in problems:
             print(f"    {p}")
         bad += bool(problems)
@@ -114,14 +114,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         from kda_lab.interpret import InterpreterUnavailable, interpret_check
 
         try:
-            return interpret_check(task, dtypes=args.dtypes.split(","), seeds=args.seeds, record=not args.no_record)
+            return interpret_check(task, dtypes=args.dtypes.split(","), seeds=task.seeds if args.seeds is None else args.seeds,
+                                   record=not args.no_record, rows=args.rows)
         except InterpreterUnavailable as e:
             print(f"kda: {e}", file=sys.stderr)
             return 2
     from kda_lab.measure.run import run_check
 
     report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
-    return 1 if report.failed("candidate") else 0
+    return report.exit_code
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -156,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="correctness of the candidate and the SGLang baseline against the oracle")
     c.add_argument("task")
     c.add_argument("--rows", nargs="+", help="row names (default: all production and test rows)")
-    c.add_argument("--seeds", type=int, default=2, help="fresh random input sets per row")
+    c.add_argument("--seeds", type=int, help="fresh random input sets per row (default: the task's `seeds`, 2; "
+                   "--interpret too)")
     c.add_argument("--seed", type=int, help="base seed (default: random, recorded)")
     c.add_argument("--no-record", action="store_true", help="do not append to solutions.jsonl")
     c.add_argument("--interpret", action="store_true",

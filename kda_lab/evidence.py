@@ -127,3 +127,43 @@ def describe_gaps(missing: list[str], nonfinite: list[str], total: int, limit: i
     if nonfinite:
         parts.append(f"{len(nonfinite)} without a finite speedup: {names(nonfinite)}")
     return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------ correctness checks
+
+CHECK_SEEDS = 2  # a task's seed count when task.toml does not set ``seeds``
+_LEGACY_NOTE = re.compile(r"(?:^|; )rows (\d+); seeds (\d+)(?:;|$)")
+
+
+def check_failed(row: Mapping[str, Any]) -> bool:
+    """A solutions.jsonl ``check`` row whose candidate failed (status incorrect, or a failed count)."""
+    failed = (row.get("evidence") or {}).get("failed")
+    return row.get("status") == "incorrect" or (isinstance(failed, int) and failed > 0)
+
+
+def check_coverage_gap(row: Mapping[str, Any], production: Iterable[str], all_rows: int, seeds: int) -> str:
+    """'' when a ``check`` row covered every production row (names) with at least ``seeds`` seeds; else why not.
+
+    Rows the harness records name the rows they ran (``evidence.rows``) and their seed count
+    (``evidence.seeds``). Older rows say ``rows N; seeds S`` in their note only: they count when N is every row
+    of the task (``all_rows``: the whole table is what a check without --rows runs) and S is enough."""
+    ev = row.get("evidence") or {}
+    names, n_seeds = ev.get("rows"), ev.get("seeds")
+    if names is None and n_seeds is None:
+        m = _LEGACY_NOTE.search(str(row.get("note") or ""))
+        if not m:
+            return "it does not say which rows and how many seeds it ran"
+        n, s = int(m.group(1)), int(m.group(2))
+        if s < seeds:
+            return f"it ran {s} seed(s) per row, the task asks for {seeds}"
+        if n < all_rows:
+            return f"it ran {n} of the task's {all_rows} rows (a --rows subset)"
+        return ""
+    if not isinstance(n_seeds, int) or n_seeds < seeds:
+        return f"it ran {n_seeds} seed(s) per row, the task asks for {seeds}"
+    covered = set(names) if isinstance(names, list) else set()
+    missing = [p for p in production if p not in covered]
+    if missing:
+        return (f"it did not run {len(missing)} production row(s) ({', '.join(missing[:5])}"
+                f"{', ...' if len(missing) > 5 else ''}): a --rows subset")
+    return ""

@@ -12,17 +12,28 @@ rows), never by editing.
 from __future__ import annotations
 
 import csv
-import datetime as _dt
-import hashlib
 import io
 import json
 import math
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kda_lab.ledger_io import (
+    LedgerError,
+    append_locked,
+    chain,
+    chained_csv,
+    now_iso,
+    read_text,
+    row_content,
+    validate_against_git,
+    validate_git_history,
+)
 from kda_lab.stats import geomean
+
+# The names other modules have imported from here (the machinery lives in kda_lab.ledger_io).
+_chain, _row_content = chain, row_content
+__all__ = ["LedgerError", "chained_csv", "now_iso", "validate_against_git", "validate_git_history"]
 
 BENCHMARK_FILE = "benchmark.csv"
 SOLUTIONS_FILE = "solutions.jsonl"
@@ -73,35 +84,10 @@ STATUSES = ("baseline", "proposed", "correct", "incorrect", "benchmarked", "prom
 # "interpret": a CPU verdict of `kda check --interpret` (gpu "cpu-interpreter"); never evidence (only GPU "check" is).
 EVENTS = ("register", "check", "interpret", "bench", "promote", "revert", "note")
 EVIDENCE_KEYS = ("run_id", "passed", "failed", "geomean", "worst")
-
-
-class LedgerError(ValueError):
-    """A ledger that breaks its schema or its append-only history."""
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _chain(prev: str, content: str) -> str:
-    return hashlib.sha256((prev + "\n" + content).encode()).hexdigest()[:16]
-
-
-def _row_content(row: dict[str, Any], columns: tuple[str, ...]) -> str:
-    return json.dumps([str(row.get(c, "")) for c in columns if c != "chain"], ensure_ascii=True)
+RUN_EVENTS = ("check", "interpret", "bench")  # events whose evidence.run_id names one run, recorded once
 
 
 # ---------------------------------------------------------------- benchmark.csv
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ""
-        return f"{value:.6g}"
-    return str(value)
-
 
 def _records(text: str) -> list[tuple[int, list[str]]]:
     """(line number, fields) of every CSV record, header lines included."""
@@ -145,7 +131,7 @@ def read_benchmark_rows(task_dir: Path) -> list[dict[str, str]]:
     """Every row as a dict over the newest schema (columns a row's schema lacks are ""). A record that does
     not parse raises LedgerError (run `kda validate`)."""
     path = Path(task_dir) / BENCHMARK_FILE
-    return benchmark_rows_from_text(path.read_text(), str(path)) if path.exists() else []
+    return benchmark_rows_from_text(read_text(path), str(path)) if path.exists() else []
 
 
 def benchmark_rows_from_text(text: str, where: str) -> list[dict[str, str]]:
@@ -164,47 +150,25 @@ def _last_chain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
 
 
 def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Append rows (unknown keys rejected, missing keys empty), extending the hash chain. A ledger written
-    under an older schema gets the current header line first (its rows stay as they are)."""
+    """Append rows (unknown keys rejected, missing keys empty), extending the hash chain from the last row in the
+    file under an exclusive lock (kda_lab.ledger_io.append_locked). A ledger written under an older schema gets the
+    current header line first (its rows stay as they are)."""
     path = Path(task_dir) / BENCHMARK_FILE
-    text = path.read_text() if path.exists() else ""
-    if text and not text.endswith("\n"):
-        raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
-    existing, problems = _parse_benchmark(text, path.name)
-    if problems:
-        raise LedgerError(f"{path}: {problems[0]}; run `kda validate`")
-    prev = _last_chain(existing)
-    header_in_force = None
-    for _, fields in _records(text):
-        if tuple(fields) in BENCHMARK_SCHEMAS:
-            header_in_force = tuple(fields)
-    text = chained_csv(BENCHMARK_COLUMNS, rows, prev, header=header_in_force != BENCHMARK_COLUMNS,
-                       name=BENCHMARK_FILE)
-    with path.open("a", newline="") as f:
-        f.write(text)
 
+    def build(text: str) -> str:
+        if text and not text.endswith("\n"):
+            raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
+        existing, problems = _parse_benchmark(text, path.name)
+        if problems:
+            raise LedgerError(f"{path}: {problems[0]}; run `kda validate`")
+        header_in_force = None
+        for _, fields in _records(text):
+            if tuple(fields) in BENCHMARK_SCHEMAS:
+                header_in_force = tuple(fields)
+        return chained_csv(BENCHMARK_COLUMNS, rows, _last_chain(existing), header=header_in_force != BENCHMARK_COLUMNS,
+                           name=BENCHMARK_FILE)
 
-def chained_csv(columns: tuple[str, ...], rows: list[dict[str, Any]], prev: str, header: bool, name: str,
-                check: Callable[[dict[str, Any]], None] | None = None) -> str:
-    """CSV text of ``rows`` (unknown keys rejected, missing keys empty, ``ts`` filled) whose ``chain`` column
-    extends the hash chain from ``prev``; with the header line first when ``header``. Every append-only CSV
-    ledger (task benchmark.csv, e2e/benchmark.csv) writes through this."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    if header:
-        writer.writeheader()
-    for row in rows:
-        unknown = set(row) - set(columns)
-        if unknown:
-            raise LedgerError(f"unknown {name} columns: {sorted(unknown)}")
-        if check is not None:
-            check(row)
-        out = {c: _fmt(row.get(c)) for c in columns}
-        out["ts"] = out["ts"] or now_iso()
-        out["chain"] = _chain(prev, _row_content(out, columns))
-        prev = out["chain"]
-        writer.writerow(out)
-    return buf.getvalue()
+    append_locked(path, build)
 
 
 def header_line() -> str:
@@ -217,7 +181,10 @@ def validate_benchmark_csv(path: Path) -> list[str]:
     path = Path(path)
     if not path.exists():
         return [f"{path}: missing"]
-    text = path.read_text()
+    try:
+        text = read_text(path)
+    except LedgerError as e:
+        return [str(e)]
     if not text:
         return [f"{path}: empty (must hold at least the header)"]
     records, problems = _parse_benchmark(text, path.name)
@@ -255,7 +222,29 @@ def validate_benchmark_csv(path: Path) -> list[str]:
             return problems
         prev = row["chain"]
         rows.append((where, _as_row(columns, fields)))
-    return problems + validate_supersedes(rows)
+    return problems + duplicate_runs(rows) + validate_supersedes(rows)
+
+
+def duplicate_runs(rows: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """A run measures each (function, row) once, in one block of lines: a run id that comes back after another run,
+    or measures a row twice, was appended twice (e.g. one box tarball unpacked twice)."""
+    problems: list[str] = []
+    seen: dict[tuple[str, str, str], str] = {}
+    ended: set[str] = set()
+    current = None
+    for where, r in rows:
+        if r["run_id"] != current:
+            if r["run_id"] in ended:
+                problems.append(f"{where}: duplicate run id {r['run_id']}: its rows appear again after another run")
+            if current is not None:
+                ended.add(current)
+            current = r["run_id"]
+        key = (r["run_id"], r["function"], r["row"])
+        if key in seen:
+            problems.append(f"{where}: duplicate run id {r['run_id']}: row {r['row']} measured twice (first at "
+                            f"{seen[key]})")
+        seen.setdefault(key, where)
+    return problems[:10]
 
 
 def _run_identity(rows: list[dict[str, str]]) -> tuple[str, str, frozenset[tuple[str, str]]]:
@@ -311,7 +300,7 @@ def read_solutions(task_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
+    for i, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -330,10 +319,6 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
     if fields.get("event") not in EVENTS:
         raise LedgerError(f"event {fields.get('event')!r} not in {EVENTS}")
     path = Path(task_dir) / SOLUTIONS_FILE
-    if path.exists() and path.stat().st_size and not path.read_text().endswith("\n"):
-        raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
-    rows = read_solutions(task_dir)
-    prev = rows[-1]["chain"] if rows else ""
     row: dict[str, Any] = {k: fields.get(k) for k in SOLUTION_FIELDS if k != "chain"}
     row["ts"] = row["ts"] or now_iso()
     evidence = dict(row.get("evidence") or {})
@@ -341,9 +326,19 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
         evidence.setdefault(k, None)
     row["evidence"] = evidence
     row["note"] = row["note"] or ""
-    row["chain"] = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
-    with path.open("a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
+
+    def build(text: str) -> str:  # under the lock: chained from the last row actually in the file
+        if text and not text.endswith("\n"):
+            raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
+        last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        try:
+            prev = json.loads(last)["chain"] if last else ""
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise LedgerError(f"{path}: the last line is not a ledger row; run `kda validate`") from None
+        row["chain"] = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
+        return json.dumps(row, sort_keys=True) + "\n"
+
+    append_locked(path, build)
     return row
 
 
@@ -352,10 +347,14 @@ def validate_solutions(path: Path) -> list[str]:
     path = Path(path)
     if not path.exists():
         return [f"{path}: missing"]
-    text = path.read_text()
+    try:
+        text = read_text(path)
+    except LedgerError as e:
+        return [str(e)]
     if text and not text.endswith("\n"):
         problems.append(f"{path.name}: the last line is cut (no newline at the end of the file)")
     prev = ""
+    runs_seen: dict[tuple[str, str], str] = {}
     for i, line in enumerate(text.splitlines(), start=1):
         where = f"{path.name}:{i}"
         if not line.strip():
@@ -378,104 +377,18 @@ def validate_solutions(path: Path) -> list[str]:
             problems.append(f"{where}: evidence must be an object with {EVIDENCE_KEYS}")
         if not row["id"] or not row["source_hash"]:
             problems.append(f"{where}: id and source_hash are required")
+        run_id = row["evidence"].get("run_id") if isinstance(row["evidence"], dict) else None
+        if run_id and row["event"] in RUN_EVENTS:
+            if (row["event"], run_id) in runs_seen:
+                problems.append(f"{where}: duplicate run id {run_id} for a {row['event']} row (first at "
+                                f"{runs_seen[(row['event'], run_id)]}): a run was appended twice")
+            runs_seen.setdefault((row["event"], run_id), where)
         expect = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
         if row["chain"] != expect:
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
         prev = row["chain"]
     return problems
-
-
-# ---------------------------------------------------------------- git history
-
-def _git(cwd: Path | str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes] | None:
-    try:
-        return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, input=stdin, check=False)
-    except FileNotFoundError:
-        return None
-
-
-def _repo_path(path: Path) -> tuple[str, str] | None:
-    """(toplevel, path relative to it) when ``path`` lies in a git work tree, else None."""
-    p = _git(path.parent, "rev-parse", "--show-toplevel")
-    if p is None or p.returncode != 0:
-        return None
-    top = p.stdout.decode().strip()
-    try:
-        return top, path.relative_to(Path(top).resolve()).as_posix()
-    except ValueError:
-        return None
-
-
-def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
-    if not ids:
-        return {}
-    p = _git(top, "cat-file", "--batch", stdin="".join(i + "\n" for i in ids).encode())
-    out: dict[str, bytes] = {}
-    data = p.stdout if p is not None else b""
-    pos = 0
-    while pos < len(data):
-        nl = data.index(b"\n", pos)
-        head = data[pos:nl].split()
-        if len(head) < 3 or head[1] != b"blob":
-            pos = nl + 1
-            continue
-        size = int(head[2])
-        out[head[0].decode()] = data[nl + 1:nl + 1 + size]
-        pos = nl + 1 + size + 1
-    return out
-
-
-_NO_BLOB = "0" * 40
-
-
-def validate_git_history(path: Path) -> list[str]:
-    """Every committed version of the ledger extends the version in each parent commit (all history
-    reachable from HEAD, merges included): committing a ledger with its last rows dropped is caught."""
-    path = Path(path).resolve()
-    loc = _repo_path(path)
-    if loc is None:
-        return []
-    top, rel = loc
-    p = _git(top, "log", "--full-history", "-m", "--raw", "--no-abbrev", "--no-renames", "--format=commit %H",
-             "HEAD", "--", rel)
-    if p is None or p.returncode != 0:
-        return []  # no commits yet
-    edges: list[tuple[str, str, str, str]] = []
-    commit = ""
-    for line in p.stdout.decode().splitlines():
-        if line.startswith("commit "):
-            commit = line.split()[1]
-        elif line.startswith(":"):
-            meta, _, _ = line.partition("\t")
-            _, _, old, new, status = meta.split()
-            edges.append((commit, old, new, status))
-    blobs = _blobs(top, sorted({b for _, old, new, _ in edges for b in (old, new) if b != _NO_BLOB}))
-    problems: list[str] = []
-    for commit, old, new, status in edges:
-        if status.startswith("D") or new == _NO_BLOB:
-            problems.append(f"{rel}: deleted in commit {commit[:12]}, but ledgers are append-only")
-        elif old != _NO_BLOB and not blobs.get(new, b"").startswith(blobs.get(old, b"\0")):
-            problems.append(f"{rel}: commit {commit[:12]} rewrote or dropped committed rows (every committed "
-                            "version must extend the one before it: append a superseding row instead)")
-    return problems
-
-
-def validate_against_git(path: Path, ref: str = "HEAD") -> list[str]:
-    """The committed ledger must be a prefix of the working copy (append-only history)."""
-    path = Path(path).resolve()
-    loc = _repo_path(path)
-    if loc is None:
-        return []
-    top, rel = loc
-    old = _git(top, "show", f"{ref}:{rel}")
-    if old is None or old.returncode != 0:
-        return []  # not committed yet at ref
-    if not path.exists():
-        return [f"{rel}: deleted, but ledgers are append-only"]
-    if not path.read_bytes().startswith(old.stdout):
-        return [f"{rel}: history differs from {ref} (ledgers are append-only: append a superseding row instead)"]
-    return []
 
 
 def validate_ledgers(task_dir: Path) -> list[str]:

@@ -123,7 +123,7 @@ def test_raising_impl_fails_with_reason():
 
 
 def test_in_place_functions_get_private_copies():
-    """An impl that scribbles on its inputs must not change what the next impl (or the oracle) sees."""
+    """An impl that scribbles on its inputs fails, and does not change what the next impl (or the oracle) sees."""
     w = ROWS["test_tail_bc_modulation"]
 
     def vandal(x, scale, shift, scale_constant=1.0):
@@ -133,7 +133,83 @@ def test_in_place_functions_get_private_copies():
 
     results = check_row(TASK, w, contract(TASK.family, MULADD), {"a": vandal, "b": fuse_scale_shift_reference},
                         seed=5, device="cpu")
-    assert [r.ok for r in results] == [True, True]
+    assert [r.ok for r in results] == [False, True]
+    assert "wrote its read-only input(s) ['x']" in results[0].error
+
+
+# ------------------------------------------------------------------ beyond the values (kda_lab.measure.guards)
+
+def _vs_sglang(fn, row: str = "test_tail_bc_modulation", seed: int = 3):
+    """``fn`` as the candidate, the family's reference as SGLang (the baseline whose dtype/layout counts)."""
+    w = ROWS[row].with_dtype("float32")
+    results = check_row(TASK, w, contract(TASK.family, w.fn), {"baseline": fuse_scale_shift_reference, "candidate": fn},
+                        seed=seed, device="cpu")
+    return {r.impl: r for r in results}
+
+
+def test_wrong_output_dtype_fails_even_within_its_own_dtype_tolerance():
+    def bf16_out(x, scale, shift, scale_constant=1.0):
+        return fuse_scale_shift_reference(x, scale, shift, scale_constant).to(torch.bfloat16)
+
+    res = _vs_sglang(bf16_out)
+    assert res["baseline"].ok and not res["candidate"].ok
+    assert "dtype bfloat16 != SGLang's float32" in res["candidate"].describe()
+    # without SGLang's output the tolerance is still fp32's (the stricter one), never the output's bf16 one
+    w = ROWS["test_tail_bc_modulation"].with_dtype("float32")
+    (alone,) = check_row(TASK, w, contract(TASK.family, w.fn), {"impl": bf16_out}, seed=3, device="cpu")
+    assert not alone.ok and "beyond tolerance" in alone.describe()
+
+
+def test_wrong_strides_fail():
+    def transposed(x, scale, shift, scale_constant=1.0):
+        out = fuse_scale_shift_reference(x, scale, shift, scale_constant)
+        return out.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, column-major
+
+    res = _vs_sglang(transposed)
+    assert not res["candidate"].ok and "strides" in res["candidate"].describe()
+
+
+def test_mutating_a_read_only_input_after_the_result_fails():
+    def adds_one(x, scale, shift, scale_constant=1.0):
+        out = fuse_scale_shift_reference(x, scale, shift, scale_constant)
+        scale.add_(1.0)
+        return out
+
+    res = _vs_sglang(adds_one)
+    assert not res["candidate"].ok and "read-only input(s) ['scale']" in res["candidate"].error
+
+
+def test_returning_a_view_of_an_input_fails_even_when_the_values_are_right():
+    def in_place_on_x(x, scale, shift, scale_constant=1.0):
+        out = fuse_scale_shift_reference(x, scale, shift, scale_constant)
+        x.copy_(out)  # writes the right answer into x and returns x
+        return x
+
+    res = _vs_sglang(in_place_on_x)
+    assert not res["candidate"].ok
+    assert "read-only input(s) ['x']" in res["candidate"].error
+
+
+def test_returning_an_input_untouched_is_an_alias_failure():
+    res = _vs_sglang(lambda x, scale, shift, scale_constant=1.0: x[...])
+    assert not res["candidate"].ok and "returned its input(s) ['x']" in res["candidate"].error
+
+
+def test_a_reused_output_buffer_fails():
+    kept: dict[tuple, torch.Tensor] = {}
+
+    def one_buffer(x, scale, shift, scale_constant=1.0):
+        out = kept.setdefault((tuple(x.shape), x.dtype), torch.empty_like(x))
+        out.copy_(fuse_scale_shift_reference(x, scale, shift, scale_constant))
+        return out
+
+    res = _vs_sglang(one_buffer)
+    assert not res["candidate"].ok and "reused output buffer" in res["candidate"].error
+
+
+def test_right_candidate_passes_every_guard():
+    res = _vs_sglang(fuse_scale_shift_reference)
+    assert res["candidate"].ok and res["baseline"].ok
 
 
 def test_compare_reports_errors():

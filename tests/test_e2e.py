@@ -240,7 +240,7 @@ def test_report_section_and_plot_from_the_latest_gpu_rows(tmp_path: Path) -> Non
     from kda_lab.e2e import report as e2e_report
 
     root = tmp_path
-    assert "No GPU measurements in e2e/benchmark.csv yet" in e2e_report.section(root)
+    assert "No GPU measurements in e2e/rows.csv yet" in e2e_report.section(root)
     assert e2e_report.plot_paths(root) == []
     ledger.append(root, [_gpu_row("r1", "hunyuanvideo_vae_decode", 0.5, {"conv": 1.0}),
                          _gpu_row("r2", "hunyuanvideo_vae_decode", 1.008,

@@ -1,13 +1,15 @@
 """scripts/export_kda_kernels/export.py: the evidence gate, promotion, determinism, --check, --revert, --list.
 
 Each test builds a temporary lab (kernels/<slug>/ with task.toml, src/ and ledgers written through
-kda_lab.ledger, plus a copy of kda_kernels) and runs the exporter with --root pointing at it.
+kda_lab.ledger, plus a copy of kda_kernels), a real git repository whose commits hold the sources each ledger row
+names, and runs the exporter with --root pointing at it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -75,7 +77,21 @@ def lab(tmp_path):
     (task / "src" / "register.py").write_text(REGISTER)
     (task / "benchmark.csv").write_text(ledger.header_line() + "\n")
     (task / "solutions.jsonl").write_text("")
+    git(root, "init", "-q", "-b", "main")
+    commit(root)
     return root
+
+
+def git(root, *args) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit(root, message="lab state") -> str:
+    """Commit everything (the sources a row is about to name) and return HEAD: what the harness records."""
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--allow-empty", "-m", message)
+    return git(root, "rev-parse", "HEAD")
 
 
 def src_hash(root, slug=SLUG):
@@ -84,22 +100,31 @@ def src_hash(root, slug=SLUG):
     return source_hash(root / "kernels" / slug / "src")
 
 
-def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=0, slug=SLUG):
+ALL_ROWS = [name for name, _ in TABLE] + ["a-test-row"]
+_CHECKS = itertools.count(1)  # each check row its own run id (validate refuses a run recorded twice)
+
+
+def add_check(root, h, status="correct", gpu="NVIDIA H200", arch="h200", failed=0, slug=SLUG, rows=None, seeds=2,
+              git_commit=None, run_id=None):
+    """A check row as the harness writes it: every row (or ``rows``) x ``seeds``, at a commit holding src/."""
+    rows = ALL_ROWS if rows is None else rows
     ledger.append_solution(root / "kernels" / slug, id="c001", parent=None, status=status, event="check", source_hash=h,
-                           arch=arch, gpu=gpu, evidence={"run_id": f"chk-{status}", "passed": 24, "failed": failed},
-                           git_commit="0123abc", command="kda check", note="")
+                           arch=arch, gpu=gpu, evidence={"run_id": run_id or f"chk-{status}-{next(_CHECKS)}", "passed": 24,
+                                                         "failed": failed, "rows": rows, "seeds": seeds},
+                           git_commit=git_commit or commit(root), command="kda check", note="")
 
 
 def add_bench(root, h, speedups, run_id="run-1", arch="h200", supersedes="", ts="2026-11-20T10:00:00Z", slug=SLUG,
-              gpu="NVIDIA H200", mode="bench", rows=None):
-    """One run: ``speedups[i]`` for TABLE's i-th row (``rows``: only those indices)."""
+              gpu="NVIDIA H200", mode="bench", rows=None, git_commit=None):
+    """One run: ``speedups[i]`` for TABLE's i-th row (``rows``: only those indices), at a commit holding src/."""
+    git_commit = git_commit or commit(root)
     out = []
     for i in (range(len(speedups)) if rows is None else rows):
         name, fn = TABLE[i]
         out.append({"ts": ts, "run_id": run_id, "task": slug, "arch": arch, "mode": mode, "candidate_id": "c001",
                     "source_hash": h, "function": fn, "row": name, "row_kind": "production",
                     "speedup": speedups[i], "gpu_name": gpu, "gpu_cc": "9.0", "driver": "570", "torch": "2.9",
-                    "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "overlay": "off", "git_commit": "feedc0de",
+                    "triton": "3.6.0", "cuda": "12.8", "sglang": "0.5.23", "overlay": "off", "git_commit": git_commit,
                     "command": "kda bench", "supersedes": supersedes})
     ledger.append_benchmark_rows(root / "kernels" / slug, out)
 
@@ -181,7 +206,7 @@ def test_refuses_other_arch_superseded_runs_and_a_later_failing_check(lab, capsy
     add_bench(lab, h, GOOD, run_id="run-3")
     add_check(lab, h, status="incorrect", failed=3)
     rc, out = run(lab, SLUG, capsys=capsys)
-    assert rc == 1 and "latest GPU correctness check is 'incorrect'" in out
+    assert rc == 1 and "a correctness check of this hash FAILED (run chk-incorrect" in out
 
 
 def test_refuses_a_copy_that_does_not_import_as_a_package(lab, capsys):
@@ -257,7 +282,8 @@ def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, cap
     assert "KDA_OPTIMIZED_fuse_scale_shift_kernel = True" in init
     assert "KDA_OPTIMIZED_fuse_residual_layernorm_scale_shift_gate_select01_kernel = False" in init
     assert f'KDA_TASK_fuse_scale_shift_kernel: dict[str, str] = {{"h200": "{SLUG}"}}' in init
-    assert 'KDA_COMMIT_fuse_scale_shift_kernel: dict[str, str] = {"h200": "feedc0de"}' in init
+    bench_commit = ledger.read_benchmark_rows(lab / "kernels" / SLUG)[-1]["git_commit"]
+    assert f'KDA_COMMIT_fuse_scale_shift_kernel: dict[str, str] = {{"h200": "{bench_commit}"}}' in init
     assert 'KDA_DATE_fuse_scale_shift_kernel: dict[str, str] = {"h200": "2026-11-20"}' in init
     assert 'KDA_SPEEDUP_fuse_scale_shift_kernel: dict[str, float] = {"h200": 1.1958}' in init  # sqrt(1.3 * 1.1)
     assert 'KDA_ARCHES_fuse_scale_shift_kernel: tuple[str, ...] = ("h200",)' in init
@@ -340,7 +366,8 @@ def test_cli_end_to_end_then_the_overlay_installs_the_export(lab):
     """, env={"KDA_FORCE_ARCH": "h200"})
     assert r["ok"] and r["calls"] == {"fuse_scale_shift_kernel": 1}
     assert r["st"]["installed"] and r["st"]["stamps"]["task"] == {"h200": SLUG}
-    assert r["st"]["stamps"]["speedup"] == {"h200": 1.1958} and r["st"]["stamps"]["commit"] == {"h200": "feedc0de"}
+    bench_commit = ledger.read_benchmark_rows(lab / "kernels" / SLUG)[-1]["git_commit"]
+    assert r["st"]["stamps"]["speedup"] == {"h200": 1.1958} and r["st"]["stamps"]["commit"] == {"h200": bench_commit}
     assert not r["sel"]["promoted"] and not r["sel"]["installed"]
 
 
@@ -416,11 +443,15 @@ def test_an_h100_is_not_h200_evidence(lab, capsys):
     assert rc == 1 and "h200 fails the gate" in out, "the H200 run decides, whatever the H100 runs say"
     add_bench(lab, h, GOOD, run_id="h200-good")
     assert run(lab, SLUG, capsys=capsys)[0] == 0
-    # a later failing check on an H100 neither blocks nor counts; a later H100 run does not replace the H200 one
-    add_check(lab, h, status="incorrect", failed=5, gpu=H100)
+    # a later H100 run does not replace the H200 one
     add_bench(lab, h, [0.5, 0.5, 0.5], run_id="h100-later", gpu=H100)
     rc, out = run(lab, "--check", capsys=capsys)
     assert rc == 0, out
+    # a failing check on an H100 never counts, but it blocks the hash: the overlay runs the h200 impls on every
+    # capability-(9,0) GPU (docs/overlay.md), so a wrong result there is a wrong result
+    add_check(lab, h, status="incorrect", failed=5, gpu=H100)
+    rc, out = run(lab, "--check", capsys=capsys)
+    assert rc == 1 and "a correctness check of this hash FAILED" in out, out
 
 
 def test_a_partial_run_never_promotes(lab, capsys):

@@ -120,7 +120,7 @@ def test_each_stage_is_a_package_with_a_docstring(stage: str) -> None:
 def test_no_flat_module_sprawl() -> None:
     """Only faces, entry points and leaves stay at the top of kda_lab; everything else lives in its stage."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "baselines", "cli", "doctor", "evidence", "ledger", "paths",
+    assert top == ["__init__", "__main__", "baselines", "cli", "doctor", "evidence", "ledger", "ledger_io", "paths",
                    "sglang_source", "stats", "testing"]
 
 

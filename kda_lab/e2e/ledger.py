@@ -9,19 +9,10 @@ it supersedes, never by editing.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger import (
-    LedgerError,
-    _chain,
-    _row_content,
-    chained_csv,
-    validate_against_git,
-    validate_git_history,
-)
+from kda_lab.ledger_io import LedgerError, append_csv, csv_rows, read_text, validate_csv
 
 E2E_DIR = "e2e"
 # Frozen: the runs before quality tiers (module forwards with no tier, no loader transforms; every promoted kernel
@@ -76,7 +67,7 @@ def path(root: Path, file: str = E2E_FILE) -> Path:
 
 def read(root: Path, file: str = E2E_FILE) -> list[dict[str, str]]:
     p = path(root, file)
-    return rows_from_text(p.read_text()) if p.exists() else []
+    return rows_from_text(read_text(p)) if p.exists() else []
 
 
 def read_legacy(root: Path) -> list[dict[str, str]]:
@@ -87,67 +78,39 @@ def read_legacy(root: Path) -> list[dict[str, str]]:
 
 def rows_from_text(text: str) -> list[dict[str, str]]:
     """:func:`read` of an e2e ledger's text."""
-    return list(csv.DictReader(io.StringIO(text))) if text else []
+    return csv_rows(text)
+
+
+def _row_problem(row: dict[str, Any]) -> str:
+    if row.get("status") not in STATUSES:
+        return f"status {row.get('status')!r} not in {STATUSES}"
+    if row.get("quality") not in QUALITIES:
+        return f"quality {row.get('quality')!r} not in {QUALITIES}"
+    if (row.get("stage") or "module") not in STAGES:
+        return f"stage {row.get('stage')!r} not in {STAGES}"
+    return ""
 
 
 def append(root: Path, rows: list[dict[str, Any]]) -> None:
-    """Append rows (unknown keys rejected), extending the hash chain; creates e2e/benchmark.csv if needed."""
-    p = path(root)
-    existing = read(root)
-    prev = existing[-1]["chain"] if existing else ""
-    def known_status(row: dict[str, Any]) -> None:
-        if row.get("status") not in STATUSES:
-            raise LedgerError(f"status {row.get('status')!r} not in {STATUSES}")
-        if row.get("quality") not in QUALITIES:
-            raise LedgerError(f"quality {row.get('quality')!r} not in {QUALITIES}")
-        if row.get("stage", "module") not in STAGES:
-            raise LedgerError(f"stage {row.get('stage')!r} not in {STAGES}")
+    """Append rows to e2e/rows.csv (unknown keys rejected), extending the hash chain under the ledger lock
+    (kda_lab.ledger_io); creates the file if needed. The legacy ledger is never appended to."""
+    def check(row: dict[str, Any]) -> None:
+        why = _row_problem(row)
+        if why:
+            raise LedgerError(why)
 
-    text = chained_csv(E2E_COLUMNS, rows, prev, header=not p.exists() or p.stat().st_size == 0,
-                       name=f"{E2E_DIR}/{E2E_FILE}", check=known_status)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("a", newline="") as f:
-        f.write(text)
+    append_csv(path(root), E2E_COLUMNS, rows, name=f"{E2E_DIR}/{E2E_FILE}", check=check)
 
 
 def validate(root: Path) -> list[str]:
-    """Both e2e ledgers (the frozen legacy one and the tiered one): header, statuses, tiers, numbers, environment
-    columns, hash chain, a cut last line, and append-only against the whole git history and HEAD (the task
-    ledgers' rules)."""
-    return _validate(root, LEGACY_FILE, LEGACY_COLUMNS) + _validate(root, E2E_FILE, E2E_COLUMNS)
+    """Both e2e ledgers (the frozen legacy one and the tiered one): header, statuses, tiers and stages, numbers,
+    environment columns, duplicate rows of a run, hash chain, a cut last line, and append-only against the whole git
+    history and HEAD (the task ledgers' rules, kda_lab.ledger_io)."""
+    def legacy_status(row: dict[str, str]) -> str:
+        return "" if row["status"] in STATUSES else f"status {row['status']!r} not in {STATUSES}"
 
-
-def _validate(root: Path, file: str, columns: tuple[str, ...]) -> list[str]:
-    p = path(root, file)
-    if not p.exists():
-        return []
-    text = p.read_text()
-    problems: list[str] = []
-    if not text or text.splitlines()[0] != ",".join(columns):
-        return [f"{E2E_DIR}/{file}: header differs from kda_lab.e2e.ledger's columns for it"]
-    prev = ""
-    for i, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
-        where = f"{E2E_DIR}/{file}:{i}"
-        if None in row or any(v is None for v in row.values()):
-            problems.append(f"{where}: wrong number of fields")
-            return problems
-        if row["status"] not in STATUSES:
-            problems.append(f"{where}: status {row['status']!r} not in {STATUSES}")
-        if "quality" in columns and row["quality"] not in QUALITIES:
-            problems.append(f"{where}: quality {row['quality']!r} not in {QUALITIES}")
-        for c in (c for c in FLOATS if c in columns):
-            if row[c]:
-                try:
-                    float(row[c])
-                except ValueError:
-                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
-        missing = [c for c in ENV if not row[c]]
-        if missing:
-            problems.append(f"{where}: environment columns empty: {missing}")
-        if row["chain"] != _chain(prev, _row_content(row, columns)):
-            problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
-            return problems
-        prev = row["chain"]
-    if not text.endswith("\n"):
-        problems.append(f"{E2E_DIR}/{file}: the last line is cut (no newline at the end of the file)")
-    return problems + validate_git_history(p) + validate_against_git(p)
+    legacy_floats = tuple(c for c in FLOATS if c in LEGACY_COLUMNS)
+    return (validate_csv(path(root, LEGACY_FILE), LEGACY_COLUMNS, f"{E2E_DIR}/{LEGACY_FILE}", legacy_floats, ENV,
+                         check=legacy_status, unique=("run_id", "row"))
+            + validate_csv(path(root), E2E_COLUMNS, f"{E2E_DIR}/{E2E_FILE}", FLOATS, ENV, check=_row_problem,
+                           unique=("run_id", "row", "quality", "stage")))

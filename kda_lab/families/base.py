@@ -32,6 +32,9 @@ class FunctionContract:
     output_names: tuple[str, ...] = ("out",)
     # turns spec-built args into what the function takes (e.g. nn.Modules); identity by default
     prepare: Callable[[Args], Args] | None = None
+    # arguments that are output buffers the call writes and returns (norm_infer's ``out=``): neither read-only
+    # inputs nor inputs an output may not alias
+    out_args: tuple[str, ...] = ()
 
     def outputs(self, result: Any, args: Args) -> tuple[torch.Tensor, ...]:
         if self.mutates:

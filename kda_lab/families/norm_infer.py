@@ -109,6 +109,7 @@ class NormInferContract(FunctionContract):
 FUNCTIONS = {
     "norm_infer": NormInferContract(
         name="norm_infer", oracle=norm_infer_oracle, torch_reference=norm_infer_reference, prepare=_poison_out,
+        out_args=("out",),
     ),
     "triton_one_pass_rms_norm": FunctionContract(
         name="triton_one_pass_rms_norm", oracle=one_pass_oracle, torch_reference=one_pass_reference,

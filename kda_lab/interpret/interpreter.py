@@ -209,11 +209,12 @@ def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: l
 
 
 def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable[[str], None] = print,
-                    record: bool = True) -> int:
+                    record: bool = True, rows: list[str] | None = None) -> int:
     """``kda check --interpret``: the candidate (src/register.py EXPORTS) against the fp64 oracle on the rows
     tagged 'tiny', in the Triton interpreter (fp32/fp16), and bit for bit against SGLang's kernel (run in the
     interpreter too) for functions declared ``exact``. A CPU verdict, recorded as such: never GPU evidence.
 
+    ``rows``: only these rows (each must exist; those not tagged 'tiny' are listed as not run on CPU).
     Exit status: 0 passed, 1 failed, 3 not checked (no row ran the candidate's own code on CPU)."""
     from kda_lab.measure.run import candidate_identity
     from kda_lab.task import TaskError
@@ -221,11 +222,12 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
     unknown = [d for d in dtypes if d not in ("float32", "float16", "bfloat16")]
     if unknown:
         raise TaskError(f"--dtypes: unknown {unknown}; the interpreter runs {', '.join(INTERPRETER_DTYPES)}")
+    chosen = {w.name for w in task.rows(rows)} if rows else {w.name for w in task.workloads}  # TaskError: unknown
     ensure_interpreter()
     install_shims()
     run_dtypes = [d for d in dtypes if d in INTERPRETER_DTYPES]
     cand = candidate_identity(task, register=record)
-    tiny = [w for w in task.workloads if "tiny" in w.tags]
+    tiny = [w for w in task.workloads if "tiny" in w.tags and w.name in chosen]
     cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
     verdict = CpuVerdict()
     show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}{', SGLang baseline' if cand.is_baseline else ''}) "
@@ -237,7 +239,7 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
         for w in tiny:
             for dtype in run_dtypes:
                 check_tiny_row(task, cand, w, dtype, seeds, cuda, fallback_calls, verdict, show)
-    skipped = [w.name for w in task.workloads if "tiny" not in w.tags]
+    skipped = [w.name for w in task.workloads if "tiny" not in w.tags and w.name in chosen]
     if skipped:
         show(f"  not run on CPU, {len(skipped)} rows: {WHY_NOT_TINY}:")
         for line in _wrapped(skipped):

@@ -11,7 +11,10 @@ as several tarballs that each extend the same base. Per ledger file:
 - if an earlier tarball already extended it, the new rows are appended after those through the ledgers' own
   append functions: row contents unchanged, the hash chain extended from the local last row (a chain value is
   a position in the file, and the rows now sit after the earlier call's);
-- a local file that is not an extension of the base is refused.
+- a local file that is not an extension of the base is refused;
+- rows the local file already holds (the same tarball unpacked twice, or after a later one) are skipped, and a
+  row whose run id the local file already holds for other content is refused: unpacking is idempotent and never
+  doubles a run.
 
 ``scripts/unpack_ledgers.sh`` runs this.
 """
@@ -19,14 +22,16 @@ as several tarballs that each extend the same base. Per ledger file:
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from kda_lab import ledger
-from kda_lab.e2e import ledger as e2e_ledger
+from kda_lab import ledger, ledger_io
+
+E2E_LEDGER = "e2e/rows.csv"  # one-schema CSV ledger: its own header line gives its columns (kda_lab.ledger_io)
 
 
 class BoxLedgerError(RuntimeError):
@@ -46,14 +51,14 @@ def _new_rows(kind: str, base: str, box: str, rel: str) -> list[dict]:
         elif kind == "solutions":
             old, new = [], [json.loads(ln) for ln in box[len(base):].splitlines() if ln.strip()]
         else:
-            old, new = e2e_ledger.rows_from_text(base), e2e_ledger.rows_from_text(box)
+            old, new = ledger_io.csv_rows(base), ledger_io.csv_rows(box)
     except ledger.LedgerError as e:
         raise BoxLedgerError(str(e)) from e
     return [{k: v for k, v in r.items() if k != "chain"} for r in new[len(old):]]
 
 
 def _kind(rel: str) -> str:
-    if rel == "e2e/rows.csv":
+    if rel == E2E_LEDGER:
         return "e2e"
     if rel.endswith(ledger.BENCHMARK_FILE):
         return "benchmark"
@@ -85,14 +90,39 @@ def merge_file(root: Path, commit: str, rel: str, box: str) -> str:
         return "replaced"
     kind = _kind(rel)
     rows = _new_rows(kind, base, box, rel)
+    held = _new_rows(kind, base, local, rel)
+    fresh = [r for r in rows if _content(r) not in {_content(h) for h in held}]
+    if not fresh:
+        return "unchanged (every row is already here: unpacked before)"
+    clash = sorted({_run_key(kind, r) for r in fresh} & {_run_key(kind, h) for h in held} - {None})
+    if clash:
+        raise BoxLedgerError(f"{rel}: run id(s) {[k[-1] for k in clash][:5]} are already here with other rows "
+                             "(a run unpacked twice, or edited on the way): refused")
     if kind == "benchmark":
-        ledger.append_benchmark_rows(path.parent, rows)
+        ledger.append_benchmark_rows(path.parent, fresh)
     elif kind == "solutions":
-        for r in rows:
+        for r in fresh:
             ledger.append_solution(path.parent, **r)
     else:
-        e2e_ledger.append(root, rows)
-    return f"appended {len(rows)} rows"
+        header = tuple(next(csv.reader([local.splitlines()[0]])))
+        ledger_io.append_csv(path, header, fresh, name=rel)
+    skipped = len(rows) - len(fresh)
+    return f"appended {len(fresh)} rows" + (f" ({skipped} already here, skipped)" if skipped else "")
+
+
+def _content(row: dict) -> str:
+    return json.dumps({k: v for k, v in row.items() if k != "chain"}, sort_keys=True, default=str)
+
+
+def _run_key(kind: str, row: dict) -> tuple[str, ...] | None:
+    """What identifies one run's rows: (run_id, function, row) of a benchmark row, (run_id, row) of an e2e row,
+    (event, run_id) of a check/interpret/bench solutions row; None for rows that are not a run's."""
+    if kind == "solutions":
+        run_id = (row.get("evidence") or {}).get("run_id")
+        return (row.get("event"), run_id) if run_id and row.get("event") in ("check", "interpret", "bench") else None
+    if kind == "benchmark":
+        return (row.get("function"), row.get("row"), row.get("run_id")) if row.get("run_id") else None
+    return (row.get("row"), row.get("run_id")) if row.get("run_id") else None
 
 
 def unpack(root: Path, tgz: Path, commit: str) -> list[str]:
@@ -102,7 +132,7 @@ def unpack(root: Path, tgz: Path, commit: str) -> list[str]:
             if not member.isfile():
                 continue
             rel = member.name.removeprefix("./")
-            if not (rel.startswith("kernels/") or rel == "e2e/benchmark.csv") or ".." in Path(rel).parts:
+            if not (rel.startswith("kernels/") or rel == E2E_LEDGER) or ".." in Path(rel).parts:
                 raise BoxLedgerError(f"{rel}: not a ledger path")
             f = tar.extractfile(member)
             assert f is not None

@@ -142,6 +142,9 @@ def announce_arch(task: Task, env: dict[str, str], show: Callable[[str], None]) 
         show(notice)
 
 
+UNRECORDED = "unrecorded"  # the id of a new source hash in a run that records nothing (--no-record)
+
+
 @dataclass
 class Candidate:
     id: str
@@ -161,8 +164,10 @@ def candidate_identity(task: Task, register: bool = True) -> Candidate:
     if same:
         return Candidate(same[-1]["id"], h, same[-1]["status"], module.EXPORTS, is_baseline)
     ids = [r["id"] for r in rows]
-    new_id = f"c{len(set(ids)):03d}"
     status = "baseline" if is_baseline else "proposed"
+    if not register:  # an id is handed out only by recording it: a later recorded run may take the next one
+        return Candidate(UNRECORDED, h, status, module.EXPORTS, is_baseline)
+    new_id = f"c{len(set(ids)):03d}"
     if register:
         env = capture(repo_root(), torch.device("cuda") if torch.cuda.is_available() else None)
         ledger.append_solution(task.path, id=new_id, parent=ids[-1] if ids else None, status=status, event="register",
@@ -177,6 +182,7 @@ def candidate_identity(task: Task, register: bool = True) -> Candidate:
 @dataclass
 class CheckReport:
     results: list[RowResult] = field(default_factory=list)
+    not_evidence: str = ""  # why this check can never count for promotion ('' when it can)
 
     def failed(self, impl: str) -> list[RowResult]:
         return [r for r in self.results if r.impl == impl and not r.ok]
@@ -184,14 +190,36 @@ class CheckReport:
     def passed(self, impl: str) -> list[RowResult]:
         return [r for r in self.results if r.impl == impl and r.ok]
 
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 failed, 3 nothing checked (no seed ran: never a pass)."""
+        if self.failed("candidate"):
+            return 1
+        return 0 if self.passed("candidate") else 3
 
-def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: int | None = None,
+
+def check_status(report: CheckReport, cand: Candidate) -> str:
+    """The solutions.jsonl status of a check: incorrect on any failure, correct only when something ran."""
+    if report.failed("candidate"):
+        return "incorrect"
+    return "correct" if report.passed("candidate") else cand.status
+
+
+def run_check(task: Task, rows: list[str] | None = None, seeds: int | None = None, seed: int | None = None,
               device: torch.device | None = None, record: bool = True, show: Callable[[str], None] = print) -> CheckReport:
+    """Every row (or ``rows``) x ``seeds`` seeds (default: the task's seed count). Recorded either way; a run
+    over fewer rows or seeds than every production row x the task's seeds is said to be NOT EVIDENCE, and the
+    exporter never counts it (kda_lab.evidence.check_coverage_gap)."""
+    from kda_lab.evidence import check_coverage_gap
+
+    seeds = task.seeds if seeds is None else seeds
+    if seeds < 0:
+        raise TaskError(f"--seeds {seeds}: give a count >= 1 (the task asks for {task.seeds})")
+    workloads = task.rows(rows)
     device = device or cuda_device(task)
     cand = candidate_identity(task, register=record)
     base_seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little")
     report = CheckReport()
-    workloads = task.rows(rows)
     for w in progress(workloads, desc=f"check {task.slug}"):
         c = contract(task.family, w.fn)
         impls = {"baseline": resolve_baseline(task.functions[w.fn]), "candidate": cand.exports[w.fn]}
@@ -203,27 +231,37 @@ def run_check(task: Task, rows: list[str] | None = None, seeds: int = 2, seed: i
     for r in report.results:
         if not r.ok:
             show(r.describe())
-    cand_ok = not report.failed("candidate")
+    status = check_status(report, cand)
+    verdict = {"correct": "PASSED", "incorrect": "FAILED"}.get(status, "NOT CHECKED")
     base_bad = sorted({r.row for r in report.failed("baseline")})
     env = capture(repo_root(), device)
     announce_arch(task, env, show)
     show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}) "
-         f"{'PASSED' if cand_ok else 'FAILED'}: {len(report.passed('candidate'))} ok, "
+         f"{verdict}: {len(report.passed('candidate'))} ok, "
          f"{len(report.failed('candidate'))} failed over {len(workloads)} rows x {seeds} seeds (base seed {base_seed})")
     if base_bad:
         show(f"SGLang baseline disagrees with the oracle beyond tolerance on: {', '.join(base_bad)}")
+    names = [w.name for w in workloads]
+    production = [w.name for w in task.workloads if w.kind == "production"]
+    check_row_ev = {"evidence": {"rows": names, "seeds": seeds}}
+    report.not_evidence = check_coverage_gap(check_row_ev, production, len(task.workloads), task.seeds)
+    if report.not_evidence:
+        show(f"NOT EVIDENCE: {report.not_evidence}; recorded, but only a check of every production row with "
+             f"{task.seeds} seeds counts for promotion (`kda check {task.slug}` without --rows/--seeds)")
     if record:
         run_id = new_run_id()
         note = f"base seed {base_seed}; rows {len(workloads)}; seeds {seeds}"
         if base_bad:
             note += f"; SGLang baseline beyond tolerance on {','.join(base_bad)}"
+        if report.not_evidence:
+            note += f"; not evidence: {report.not_evidence}"
         ledger.append_solution(
-            task.path, id=cand.id, parent=None, status="correct" if cand_ok else "incorrect", event="check",
+            task.path, id=cand.id, parent=None, status=status, event="check",
             source_hash=cand.source_hash, arch=env["arch"], gpu=env["gpu_name"],
             evidence={"run_id": run_id, "passed": len(report.passed("candidate")),
-                      "failed": len(report.failed("candidate"))},
+                      "failed": len(report.failed("candidate")), "rows": names, "seeds": seeds},
             git_commit=env["git_commit"], command=env["command"], note=note)
-    notify("check", {"task": task.slug, "candidate": cand.id, "passed": cand_ok,
+    notify("check", {"task": task.slug, "candidate": cand.id, "passed": status == "correct",
                      "failed_rows": sorted({r.row for r in report.failed("candidate")}), "baseline_off_oracle": base_bad})
     return report
 

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -15,13 +16,15 @@ from kda_lab import ARCH_CAPABILITY, SGLANG_PIN
 from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.paths import kernels_dir
 from kda_lab.task.byte_model import ByteModel
+from kda_lab.task.types import type_problems
 from kda_lab.task.workloads import DTYPES, Workload, parse_workload
 
 REQUIRED_FILES = (
     "prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
     "src/register.py", "tests/test_correctness.py",
 )
-TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes"}
+TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes",
+            "seeds"}
 FUNCTION_KEYS = {"name", "sglang", "entry", "reads", "writes", "exact", "note"}
 
 
@@ -56,6 +59,7 @@ class Task:
     tolerances: dict[str, Tolerance]
     workloads: tuple[Workload, ...]
     notes: str = ""
+    seeds: int = 2  # seeds per row a check needs to count as evidence (task.toml ``seeds``)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -88,6 +92,8 @@ def _require(cond: bool, msg: str) -> None:
 
 def parse_task(raw: dict[str, Any], path: Path) -> Task:
     where = f"{path / 'task.toml'}"
+    wrong = type_problems(raw, where)
+    _require(not wrong, "\n    ".join(wrong))
     unknown = set(raw) - TOP_KEYS
     _require(not unknown, f"{where}: unknown keys {sorted(unknown)}")
     for key in ("slug", "arch", "family", "functions", "tolerances", "workloads"):
@@ -123,8 +129,8 @@ def parse_task(raw: dict[str, Any], path: Path) -> Task:
     for w in raw["workloads"]:
         try:
             wl = parse_workload(w)
-        except ValueError as e:
-            raise TaskError(f"{where}: {e}") from e
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            raise TaskError(f"{where}: workload {w.get('name')!r}: {type(e).__name__}: {e}") from None
         _require(wl.fn in functions, f"{where}: row {wl.name!r} names undeclared function {wl.fn!r}")
         if wl.kind == "production":
             _require(bool(wl.model and wl.preset and wl.source),
@@ -140,7 +146,8 @@ def parse_task(raw: dict[str, Any], path: Path) -> Task:
     _require(not dup, f"{where}: duplicate row names {sorted(dup)}")
     _require(any(w.kind == "production" for w in workloads), f"{where}: no production rows")
     return Task(slug=slug, arch=arch, family=family, title=raw.get("title", slug), path=path, functions=functions,
-                tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), raw=raw)
+                tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), seeds=raw.get("seeds", 2),
+                raw=raw)
 
 
 def resolve_task_dir(name: str | Path) -> Path:
@@ -157,9 +164,9 @@ def resolve_task_dir(name: str | Path) -> Path:
 def load_task(name: str | Path) -> Task:
     path = resolve_task_dir(name)
     try:
-        raw = tomllib.loads((path / "task.toml").read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from e
+        raw = tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from None
     return parse_task(raw, path)
 
 
@@ -183,50 +190,62 @@ def _helper_path(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / f"{name}.py"
 
 
-def hashed_helpers(py_texts: list[bytes]) -> list[tuple[str, bytes]]:
+def _installed_helper(name: str) -> bytes:
+    path = _helper_path(name)
+    return path.read_bytes() if path is not None and path.is_file() else b"<missing>"
+
+
+def hashed_helpers(py_texts: list[bytes], helper: Callable[[str], bytes] = _installed_helper
+                   ) -> list[tuple[str, bytes]]:
     """(``kda_kernels/<helper>.py``, its bytes) for each HASHED_HELPERS module that one of these sources imports:
     the part of a source hash that lives outside src/ (the exporter copies src/ only, the helper ships in
-    kda_kernels)."""
+    kda_kernels). ``helper``: a helper's bytes by name (default: the installed kda_kernels'; a commit's when a
+    hash is recomputed from git, kda_lab.task.commits)."""
     used = {name for name in HASHED_HELPERS if any(f"kda_kernels.{name}".encode() in t for t in py_texts)}
     used |= {dep for name in tuple(used) for dep in HELPER_IMPORTS.get(name, ())}
-    out = []
-    for name in HASHED_HELPERS:
-        if name in used:
-            path = _helper_path(name)
-            out.append((f"kda_kernels/{name}.py",
-                        path.read_bytes() if path is not None and path.is_file() else b"<missing>"))
-    return out
+    return [(f"kda_kernels/{name}.py", helper(name)) for name in HASHED_HELPERS if name in used]
 
 
-def hash_files(base: Path, rels: list[str]) -> str:
-    """The source hash over an explicit list of files under ``base`` (relative paths, sorted by path): sha256 of
-    each path and its bytes, plus each kda_kernels helper of HASHED_HELPERS that one of the .py files imports. The
-    exporter hashes the list of files it copies with this, so a copy list that differs from the hash's shows."""
+def hash_contents(files: dict[str, bytes], helper: Callable[[str], bytes] = _installed_helper) -> str:
+    """The source hash of ``files`` (relative path -> bytes): sha256 of each path and its bytes in path order,
+    plus each kda_kernels helper of HASHED_HELPERS that one of the .py files imports."""
     h = hashlib.sha256()
     texts = []
-    for rel in sorted(rels, key=lambda r: (base / r)):
-        data = (base / rel).read_bytes()
+    for rel in sorted(files, key=Path):  # Path order, as source hashes always were
+        data = files[rel]
         h.update(rel.encode() + b"\0" + data + b"\0")
         if rel.endswith(".py"):
             texts.append(data)
-    for helper, data in hashed_helpers(texts):
-        h.update(helper.encode() + b"\0" + data + b"\0")
+    for name, data in hashed_helpers(texts, helper):
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
+
+
+def hash_files(base: Path, rels: list[str]) -> str:
+    """The source hash over an explicit list of files under ``base`` (relative paths): :func:`hash_contents` of
+    their bytes. The exporter hashes the list of files it copies with this, so a copy list that differs from the
+    hash's shows."""
+    return hash_contents({rel: (base / rel).read_bytes() for rel in rels})
+
+
+def hashed_source(rel: Path) -> bool:
+    """Whether a file (path relative to src/) is part of the source hash: caches and build outputs are not."""
+    return not ("__pycache__" in rel.parts or rel.suffix in (".pyc", ".so", ".o") or "build" in rel.parts)
 
 
 def source_hash(src_dir: Path) -> str:
     """The candidate's source hash: ``hash_files`` over src/, caches and build outputs excluded."""
-    rels = []
-    for p in src_dir.rglob("*"):
-        rel = p.relative_to(src_dir)
-        if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".so", ".o") or "build" in rel.parts:
-            continue
-        rels.append(rel.as_posix())
+    rels = [p.relative_to(src_dir).as_posix() for p in src_dir.rglob("*")
+            if not p.is_dir() and hashed_source(p.relative_to(src_dir))]
     return hash_files(src_dir, rels)
 
 
 def load_candidate(task: Task) -> ModuleType:
-    """Import ``src/register.py`` under a private module name (importing must not need a GPU)."""
+    """Import ``src/register.py`` under a private module name (importing must not need a GPU).
+
+    A guarded call: whatever the import raises, ``SystemExit`` and ``KeyboardInterrupt`` included, becomes a
+    TaskError naming it, so a candidate can neither end the checker (``sys.exit(0)`` in register.py made `kda
+    validate` stop half way with exit 0) nor print a traceback at the user."""
     path = task.src_dir / "register.py"
     name = f"_kda_candidate_{task.slug}"
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(task.src_dir)])
@@ -237,8 +256,15 @@ def load_candidate(task: Task) -> ModuleType:
     sys.path.insert(0, str(task.src_dir))
     try:
         spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001 - the candidate is untrusted code: nothing it raises may escape
+        sys.modules.pop(name, None)
+        if isinstance(e, GeneratorExit):
+            raise
+        raise TaskError(f"{path}: importing the candidate raised {type(e).__name__}: {e}"
+                        + (" (a candidate may not exit the checker)" if isinstance(e, SystemExit) else "")) from None
     finally:
-        sys.path.remove(str(task.src_dir))
+        if str(task.src_dir) in sys.path:
+            sys.path.remove(str(task.src_dir))
     exports = getattr(module, "EXPORTS", None)
     if not isinstance(exports, dict):
         raise TaskError(f"{path}: must define EXPORTS = {{sglang_function_name: callable}}")
@@ -247,4 +273,7 @@ def load_candidate(task: Task) -> ModuleType:
     if missing or extra:
         raise TaskError(f"{path}: EXPORTS keys must equal the task's functions (missing {sorted(missing)}, "
                         f"unexpected {sorted(extra)})")
+    bad = sorted(k for k, v in exports.items() if not callable(v))
+    if bad:
+        raise TaskError(f"{path}: EXPORTS values must be callables (not for {bad})")
     return module

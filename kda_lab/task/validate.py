@@ -28,7 +28,15 @@ def todo_markers(task_dir: Path) -> list[str]:
 
 
 def validate_task_dir(path: Path) -> list[str]:
-    """Every contract check of one folder; returns problems (empty = valid)."""
+    """Every contract check of one folder; returns problems (empty = valid). Never raises: whatever breaks while
+    checking is a problem line (`kda validate` goes on with the next task)."""
+    try:
+        return _validate(Path(path))
+    except Exception as e:  # noqa: BLE001 - a broken folder is reported, never a traceback
+        return [f"{Path(path).name}: could not be validated: {type(e).__name__}: {e}"]
+
+
+def _validate(path: Path) -> list[str]:
     problems: list[str] = []
     path = Path(path)
     for rel in REQUIRED_FILES:

@@ -14,8 +14,12 @@ Evidence gate (at the exact ``kda_lab.task.source_hash`` of src/, on the task's 
 validate (``kda_lab.ledger.validate_ledgers``, the code ``kda validate`` runs: schema, hash chain, cut lines,
 supersedes, append-only against the git history); then, counting only rows measured on a GPU whose name
 identifies the task's arch (``kda_lab.evidence``: an H100 is not an H200):
-- solutions.jsonl: a ``check`` row with status ``correct``, and the latest such GPU check of that hash is
-  still ``correct``;
+- solutions.jsonl: a ``check`` row with status ``correct`` that ran every production row with the task's seed
+  count (``kda_lab.evidence.check_coverage_gap``: a --rows subset or a zero-seed check is recorded, never
+  evidence), and no ``check`` of that hash that failed, on any GPU, before or after it (a failing check blocks
+  its hash for good);
+- both the check row and every row of the bench run name a ``git_commit`` in HEAD's history that holds src/ at
+  that source hash (``kda_lab.task.commits``: a made-up commit, or one measured on uncommitted sources, never counts);
 - benchmark.csv: the latest ``bench`` run (one run_id, not superseded) of that hash that covers every
   production row of task.toml with a finite speedup (a partial run neither promotes nor replaces a whole-table
   run), with an equal-weight geomean >= 1.0 and no row below 0.97x.
@@ -83,6 +87,9 @@ class TaskMeta:
     functions: tuple[str, ...]
     path: Path
     production: dict[str, str] = field(default_factory=dict)  # timed production row name -> function
+    checked: tuple[str, ...] = ()  # every production row name (what an evidence check must have run)
+    all_rows: int = 0  # rows of every kind (what a check without --rows runs)
+    seeds: int = 2  # seeds per row an evidence check must have run (task.toml ``seeds``)
 
     @property
     def src(self) -> Path:
@@ -94,9 +101,14 @@ def load_task_meta(task_dir: Path) -> TaskMeta:
     if not path.exists():
         raise Refusal(f"{task_dir}: no task.toml")
     try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise Refusal(f"{path}: not valid TOML: {e}") from e
+    from kda_lab.task.types import type_problems
+
+    wrong = type_problems(raw, str(path))
+    if wrong:
+        raise Refusal("\n  ".join(wrong))
     for key in ("slug", "arch", "family", "functions"):
         if key not in raw:
             raise Refusal(f"{path}: missing {key!r}")
@@ -125,7 +137,12 @@ def load_task_meta(task_dir: Path) -> TaskMeta:
         names.append(name)
     production = {str(w.get("name")): str(w.get("fn")) for w in raw.get("workloads", [])
                   if w.get("kind") == "production" and w.get("bench", True) and w.get("fn") in names}
-    return TaskMeta(slug, arch, family, tuple(names), task_dir, production)
+    checked = tuple(str(w.get("name")) for w in raw.get("workloads", []) if w.get("kind") == "production")
+    seeds = raw.get("seeds", 2)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise Refusal(f"{path}: seeds must be an integer >= 1, not {seeds!r}")
+    return TaskMeta(slug, arch, family, tuple(names), task_dir, production, checked,
+                    len(raw.get("workloads", [])), seeds)
 
 
 def task_dirs(root: Path) -> list[Path]:
@@ -199,14 +216,29 @@ def _validated(task: TaskMeta) -> tuple[list[dict[str, Any]], list[dict[str, str
 
 
 def _passing_checks(task: TaskMeta, sols: list[dict[str, Any]], h: str) -> tuple[list[dict], list[dict]]:
-    """(every evidence check of hash h, the passing ones): event check, on a GPU that is the task's arch."""
-    from kda_lab.evidence import solution_counts
+    """(every evidence check of hash h, the passing ones that count): event check, on a GPU that is the task's
+    arch; a passing one counts only when it ran every production row with the task's seed count."""
+    from kda_lab.evidence import check_coverage_gap, solution_counts
 
     checks = [r for r in sols if r.get("event") == "check" and r.get("source_hash") == h
               and solution_counts(r, task.arch)]
     passing = [r for r in checks if r.get("status") == "correct"
-               and (r.get("evidence") or {}).get("failed") in (None, 0)]
+               and (r.get("evidence") or {}).get("failed") in (None, 0)
+               and not check_coverage_gap(r, task.checked, task.all_rows, task.seeds)]
     return checks, passing
+
+
+def _refuse_failed_checks(task: TaskMeta, sols: list[dict[str, Any]], h: str) -> None:
+    """Any failing correctness check of hash h, on any GPU, at any time, blocks promotion of that hash: a later
+    passing check (other seeds, fewer rows) does not undo a wrong result."""
+    from kda_lab.evidence import check_failed
+
+    failed = [r for r in sols if r.get("event") == "check" and r.get("source_hash") == h and check_failed(r)]
+    if failed:
+        r = failed[0]
+        raise Refusal(f"{task.slug} at source hash {h}: a correctness check of this hash FAILED (run "
+                      f"{(r.get('evidence') or {}).get('run_id')}, {r.get('gpu')}, {r.get('ts')}): a failing check "
+                      "blocks its hash whatever comes after; fix src/ (a new hash) and check again")
 
 
 def _evidence_runs(task: TaskMeta, rows: list[dict[str, str]], h: str) -> dict[str, list[dict[str, str]]]:
@@ -223,6 +255,29 @@ def _evidence_runs(task: TaskMeta, rows: list[dict[str, str]], h: str) -> dict[s
     return {rid: rr for rid, rr in runs.items() if any(r.get("row_kind") == "production" for r in rr)}
 
 
+def _commit_gap(task: TaskMeta, rows: list[dict[str, Any]], h: str) -> str:
+    """'' when every row's git_commit is in HEAD's history and holds src/ at h (kda_lab.task.commits); else why not."""
+    from kda_lab.task.commits import commit_gap
+
+    for commit in dict.fromkeys(str(r.get("git_commit") or "") for r in rows):
+        why = commit_gap(task.path, commit, h)
+        if why:
+            return why
+    return ""
+
+
+def _coverage_gaps(task: TaskMeta, checks: list[dict[str, Any]]) -> str:
+    """Why the passing checks of a hash are not evidence (the latest one's reason), '' when there are none."""
+    from kda_lab.evidence import check_coverage_gap
+
+    passed = [r for r in checks if r.get("status") == "correct"]
+    if not passed:
+        return ""
+    r = passed[-1]
+    why = check_coverage_gap(r, task.checked, task.all_rows, task.seeds)
+    return f"the latest passing check (run {(r.get('evidence') or {}).get('run_id')}) is not evidence: {why}"
+
+
 def _a_gpu(arch: str) -> str:
     from kda_lab.evidence import a_gpu
 
@@ -235,16 +290,23 @@ def gather_evidence(task: TaskMeta, h: str) -> Evidence:
 
     where = f"{task.slug} at source hash {h} on {task.arch}"
     sols, rows = _validated(task)
+    _refuse_failed_checks(task, sols, h)
     checks, passing = _passing_checks(task, sols, h)
     if not passing:
+        gaps = _coverage_gaps(task, checks)
+        if gaps:
+            raise Refusal(f"{where}: no correctness run on {_a_gpu(task.arch)} counts: {gaps}; run "
+                          f"`kda check {task.slug}` (every row, the task's {task.seeds} seeds)")
         other = sorted({r.get("source_hash") for r in sols if r.get("event") == "check"
                         and r.get("status") == "correct" and r.get("arch") == task.arch} - {h})
         hint = f" (passing GPU checks exist for other source hashes {other}: src/ changed since)" if other else ""
         raise Refusal(f"{where}: no passing correctness run on {_a_gpu(task.arch)} in solutions.jsonl{hint}; "
                       f"run `kda check {task.slug}` on {_a_gpu(task.arch)}")
-    if checks[-1] is not passing[-1] and checks[-1].get("status") != "correct":
-        raise Refusal(f"{where}: the latest GPU correctness check is {checks[-1].get('status')!r} "
-                      f"(run {(checks[-1].get('evidence') or {}).get('run_id')})")
+    backed = [r for r in passing if not _commit_gap(task, [r], h)]
+    if not backed:
+        raise Refusal(f"{where}: no passing correctness run is backed by its commit: "
+                      f"{_commit_gap(task, [passing[-1]], h)}")
+    passing = backed
     runs = _evidence_runs(task, rows, h)
     if not runs:
         other = sorted({r.get("source_hash") for r in rows if r.get("mode") == "bench"
@@ -260,6 +322,11 @@ def gather_evidence(task: TaskMeta, h: str) -> Evidence:
         gaps = describe_gaps(*table_gaps(runs[latest], task.production), total=len(task.production))
         raise Refusal(f"{where}: no benchmark run covers the whole production table with finite speedups "
                       f"(latest run {latest}: {gaps}); run `kda bench {task.slug}` without --rows")
+    unbacked = [rid for rid in whole if _commit_gap(task, runs[rid], h)]
+    if len(unbacked) == len(whole):
+        raise Refusal(f"{where}: no whole-table benchmark run is backed by its commit (run {whole[-1]}: "
+                      f"{_commit_gap(task, runs[whole[-1]], h)})")
+    whole = [rid for rid in whole if rid not in unbacked]
     return evidence_of_run(task, h, whole[-1], passing[-1], runs[whole[-1]])
 
 
@@ -307,11 +374,16 @@ def manifest_evidence(task: TaskMeta, m: dict[str, Any]) -> Evidence:
     bench_id = ((m.get("evidence") or {}).get("bench") or {}).get("run_id")
     check_id = ((m.get("evidence") or {}).get("check") or {}).get("run_id")
     sols, rows = _validated(task)
+    _refuse_failed_checks(task, sols, h)
     _, passing = _passing_checks(task, sols, h)
     named = [r for r in passing if (r.get("evidence") or {}).get("run_id") == check_id]
     if not named:
         raise Refusal(f"the manifest's check run {check_id!r} is not a passing {task.arch} check of {h} in "
-                      "solutions.jsonl")
+                      "solutions.jsonl (that ran every production row with the task's seeds)")
+    gap = _commit_gap(task, named, h) or (_commit_gap(task, runs_rows, h) if (runs_rows := [
+        r for r in rows if r.get("run_id") == bench_id]) else "")
+    if gap:
+        raise Refusal(f"the manifest's evidence is not backed by its commit: {gap}")
     runs = _evidence_runs(task, rows, h)
     if bench_id not in runs:
         raise Refusal(f"the manifest's bench run {bench_id!r} is not an {task.arch} bench run of {h} in "
@@ -728,12 +800,30 @@ def check(root: Path, out=print) -> int:
         if not init.exists() or init.read_text() != expected:
             problems.append(f"{init.relative_to(root).as_posix()}: differs from what the exporter generates "
                             "(hand-edited or out of date; run the export again)")
+    problems += task_toml_problems(root)
     for p in problems:
         out(f"FAIL {p}")
     if not problems:
         out("ok: every exported copy matches its task's current sources; its stamps recompute from the ledger "
             "rows it names; the evidence still holds; family stamps are generated")
     return 1 if problems else 0
+
+
+def task_toml_problems(root: Path) -> list[str]:
+    """Every task.toml under kernels/ that does not parse or holds a value of the wrong type (`kda validate` says
+    more; --check refuses to say ok over a task the lab cannot read)."""
+    import tomllib as _toml
+
+    from kda_lab.task.types import type_problems
+
+    problems: list[str] = []
+    for d in task_dirs(root):
+        path = d / "task.toml"
+        try:
+            problems += type_problems(_toml.loads(path.read_text(encoding="utf-8")), path.relative_to(root).as_posix())
+        except (_toml.TOMLDecodeError, UnicodeDecodeError) as e:
+            problems.append(f"{path.relative_to(root).as_posix()}: not valid TOML: {e}")
+    return problems
 
 
 def list_tasks(root: Path, out=print) -> int:
