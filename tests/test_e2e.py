@@ -352,18 +352,22 @@ def test_trace_names_only_the_families_whose_impl_ran() -> None:
 
     contract = CONTRACTS["apply_rotary_embedding"]
     served = make_runner(contract, lambda *a, **k: "baseline", {"h200": (lambda *a, **k: "impl", lambda *a, **k: True)},
-                         forced="h200", family="rotary_embedding")
+                         forced="h200", family="rotary_embedding", tier="exact")
     handed = make_runner(contract, lambda *a, **k: "baseline", {"h200": (lambda *a, **k: "impl", lambda *a, **k: False)},
-                         forced="h200", family="rotary_embedding")
+                         forced="h200", family="rotary_embedding", tier="exact")
     with trace_impl_calls() as ran:
         assert handed(1) == "baseline"
-    assert ran == set()
+    assert ran == set() and ran.calls == {"apply_rotary_embedding": {"kda": 0, "sglang": 1}}
     with trace_impl_calls() as ran:
         assert served(1) == "impl"
         with trace_impl_calls() as inner:
             assert served(1) == "impl"
     assert ran == {"rotary_embedding"} and inner == {"rotary_embedding"}
+    assert ran.calls == {"apply_rotary_embedding": {"kda": 2, "sglang": 0}}  # the inner trace's call merged out
     assert served(1) == "impl"  # no trace open: nothing recorded, nothing raised
+    lossless = make_runner(contract, lambda *a, **k: "baseline", {"h200": (lambda *a, **k: "impl", None)},
+                           forced="h200", family="rotary_embedding", tier="lossless")
+    assert lossless(1) == "baseline"  # no request has opened the lossless tier: SGLang's call
 
 
 def test_every_exported_kernel_is_counted_in_its_family() -> None:
