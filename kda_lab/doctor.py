@@ -12,6 +12,10 @@ from kda_lab import ARCH_CAPABILITY
 from kda_lab.evidence import a_gpu, evidence_arch
 
 Check = tuple[str, bool, str, str]  # (what, ok, found, fix)
+# The one Humanize install line: docs/workflow.md ("Once per machine") and the launcher print it verbatim
+# (tests/test_house_habits.py holds the three to it).
+HUMANIZE_INSTALL = ("in Claude Code: /plugin marketplace add git@github.com:PolyArch/humanize.git, "
+                    "then /plugin install humanize@PolyArch")
 
 
 def _run(cmd: list[str]) -> str:
@@ -78,8 +82,7 @@ def checks() -> list[Check]:
     claude = _run(["claude", "--version"])
     out.append(("Claude Code", bool(claude), claude or "missing", "npm install -g @anthropic-ai/claude-code"))
     humanize = _find_humanize()
-    out.append(("Humanize plugin", bool(humanize), humanize or "missing",
-                "in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize"))
+    out.append(("Humanize plugin", bool(humanize), humanize or "missing", HUMANIZE_INSTALL))
     out.append(("tmux", bool(shutil.which("tmux")), shutil.which("tmux") or "missing", "apt-get install -y tmux"))
     return out
 

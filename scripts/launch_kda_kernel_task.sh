@@ -356,7 +356,7 @@ if [[ $no_claude -eq 0 ]]; then
   if [[ -z $(find_humanize) ]]; then
     printf '%s: the Humanize plugin is not installed (no humanize folder under %s); nothing was created.\n' \
       "$prog" "${HUMANIZE_DIR:-$HOME/.claude}" >&2
-    printf '  fix: in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize\n' >&2
+    printf '  fix: in Claude Code: /plugin marketplace add git@github.com:PolyArch/humanize.git, then /plugin install humanize@PolyArch\n' >&2
     printf '  (or set HUMANIZE_DIR to where it is); or KDA_NO_CLAUDE=1 to prepare the worktree without it\n' >&2
     exit 127
   fi

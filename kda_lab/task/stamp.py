@@ -23,6 +23,7 @@ from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.launch.launchers import write_launcher
 from kda_lab.paths import kernels_dir, repo_root
 from kda_lab.sglang_source import parameters
+from kda_lab.task.family_checks import family_source
 from kda_lab.task.schema import TaskError
 from kda_lab.task.validate import TODO
 
@@ -111,11 +112,18 @@ def family_exact(family: str) -> bool:
         return False
 
 
+def family_normalizes(family: str) -> bool:
+    """Whether the family's oracle computes a variance (a norm family: its module's source says so)."""
+    source = family_source(family)
+    return source is not None and re.search(r"variance|\.var\(", source.read_text()) is not None
+
+
 def numerics_rule(family: str) -> str:
-    """The prompt's numerics rule: bit-exactness for an exact family, the variance rule for a norm family."""
+    """The prompt's numerics rule: bit-exactness for an exact family, the variance rule for a family whose oracle
+    normalizes, plain fp32 accumulation otherwise."""
     if family_exact(family):
         return EXACT_RULE
-    return NORM_RULE if "norm" in family else PLAIN_RULE
+    return NORM_RULE if family_normalizes(family) else PLAIN_RULE
 
 
 def baseline_line(fns: tuple[str, ...]) -> str:
