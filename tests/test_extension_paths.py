@@ -121,10 +121,10 @@ def test_path_1_a_new_task_of_a_known_family(clone: Path) -> None:
     prompt = (task / "prompt.md").read_text()
     assert prompt.splitlines()[0].count("H200") == 1  # the title's H200 is not doubled
     assert "through the facade" in prompt and "variance" in prompt  # a facade function of a norm-style family
-    refused(clone, slug, "unresolved TODO(stamp)")
-    resolve_prompt(task)
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)",
          first_block(REPO / "kernels/h200_diffusion_fuse_scale_shift__multi_shape/task.toml", "production"))
+    refused(clone, slug, "prompt.md:11: unresolved TODO(stamp)")
+    resolve_prompt(task)
     v = kda(clone, "validate", slug, ok=False)
     assert v.returncode == 0, v.stdout + v.stderr
     check_interpret(clone, slug)
