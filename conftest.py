@@ -3,10 +3,10 @@
 On a host without a CUDA GPU, SGLang's Triton kernels run in Triton's CPU interpreter: the variable must be
 set before triton is first imported, so it is set here, before any test module is collected.
 
-Parallel runs (pytest-xdist, ``scripts/test.sh``: ``-n auto --dist loadgroup``): every test module that has a
-module- or class-scoped fixture (a fresh clone, a built lab, a launched worktree) is one ``xdist_group``, so the
-fixture is built once, on one worker; the other modules' tests are spread one by one. Tests marked ``slow`` are
-collected first, so the long ones start at once and the short ones fill in around them.
+Parallel runs (pytest-xdist, ``scripts/test.sh``: ``-n auto --dist loadgroup``): every test module that has
+a module- or class-scoped fixture (a fresh clone, a built lab, a launched worktree) is one ``xdist_group``, so
+the fixture is built once, on one worker; the other modules' tests are spread one by one. Tests marked
+``slow`` are collected first, so the long ones start at once and the short ones fill in around them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ except ImportError:
 
 if not _has_cuda:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest_plugins = ["kda_lab.pytest_plugin"]  # a task's tests/test_correctness.py: TaskTests over its task.toml
 
 SHARED_SCOPES = ("module", "class", "package")
 
@@ -43,4 +45,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.nodeid.split("::", 1)[0]
         if module in shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(module))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first, else as collected
+    # stable: slow first, the rest as collected
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -1,14 +1,15 @@
-"""The three ways to add to the lab (docs/workflow.md, "Adding to the lab"), each end to end on a fresh `git clone`
-of this repository, following only the documented commands:
+"""The three ways to add to the lab (docs/workflow.md, "Adding to the lab"), each end to end on a fresh
+`git clone` of this repository, following only the documented commands:
 
 1. a new task of a known family: `kda new-task`;
 2. a new family for an SGLang function: `kda new-family NAME --sglang module:function`, then `kda new-task`;
 3. a new module-level fast path for a model class: `kda new-family NAME --fast-path module:Class`, then
    `kda new-task`.
 
-Each path: stamp, see `kda validate` refuse the unresolved markers, resolve them as a contributor would, validate,
-`kda check --interpret` of the stamped baseline candidate, then launch: the launcher refuses the uncommitted task
-and its "git add" hint, run as printed, commits everything the worktree needs; the relaunched worktree validates.
+Each path: stamp, see `kda validate` refuse the unresolved markers, resolve them as a contributor would,
+validate, `kda check --interpret` of the stamped baseline candidate, then launch: the launcher refuses the
+uncommitted task and its "git add" hint, run as printed, commits everything the worktree needs; the relaunched
+worktree validates.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def env_for(repo: Path) -> dict[str, str]:
 
 
 def kda(repo: Path, *args: str, ok: bool = True, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kda_lab", *args], cwd=repo, env=env_for(repo), capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run([sys.executable, "-m", "kda_lab", *args], cwd=repo, env=env_for(repo),
+                       capture_output=True, text=True, timeout=timeout)
     if ok:
         assert r.returncode == 0, f"kda {' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
@@ -76,12 +77,13 @@ def first_block(toml: Path, kind: str) -> str:
 
 def launch(repo: Path, slug: str, run_id: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["scripts/launch_kda_kernel_task.sh", f"kernels/{slug}"], cwd=repo,
-                          env={**env_for(repo), "KDA_RUN_ID": run_id}, capture_output=True, text=True, timeout=600)
+                          env={**env_for(repo), "KDA_RUN_ID": run_id}, capture_output=True, text=True,
+                          timeout=600)
 
 
 def commit_as_hinted_and_launch(repo: Path, slug: str) -> None:
-    """The launcher refuses the uncommitted task; its printed `git add ...` (run as printed) stages everything the
-    worktree needs; then the launch passes and the worktree validates with its own lab."""
+    """The launcher refuses the uncommitted task; its printed `git add ...` (run as printed) stages everything
+    the worktree needs; then the launch passes and the worktree validates with its own lab."""
     r = launch(repo, slug, "refused")
     assert r.returncode == 1 and "does not contain kernels/" in r.stderr, r.stderr
     hint = re.search(r"fix: .*?(git add [^&]+)&&", r.stderr)
@@ -95,12 +97,14 @@ def commit_as_hinted_and_launch(repo: Path, slug: str) -> None:
     assert f"kda validate {slug}: ok" in r.stdout
     wt = repo.parent / "wt" / f"{slug}-ok"
     run_env = {k: v for k, v in env_for(repo).items() if k not in ("KDA_PYTHON", "PYTHONPATH")}
-    v = subprocess.run([".venv/bin/kda", "validate", slug], cwd=wt, env=run_env, capture_output=True, text=True)
+    v = subprocess.run([".venv/bin/kda", "validate", slug], cwd=wt, env=run_env, capture_output=True,
+                       text=True)
     assert v.returncode == 0, v.stdout + v.stderr
 
 
 def check_interpret(repo: Path, slug: str) -> str:
-    r = kda(repo, "check", slug, "--interpret", "--no-record", "--dtypes", "float32", "--seeds", "1", ok=False)
+    r = kda(repo, "check", slug, "--interpret", "--no-record", "--dtypes", "float32", "--seeds", "1",
+            ok=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "CPU interpreter verdict PASSED" in r.stdout, r.stdout[-3000:]
     return r.stdout
@@ -123,7 +127,7 @@ def test_path_1_a_new_task_of_a_known_family(clone: Path) -> None:
     assert "through the facade" in prompt and "variance" in prompt  # a facade function of a norm-style family
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)",
          first_block(REPO / "kernels/h200_diffusion_fuse_scale_shift__multi_shape/task.toml", "production"))
-    refused(clone, slug, "prompt.md:11: unresolved TODO(stamp)")
+    refused(clone, slug, f"{slug}/prompt.md:", "unresolved TODO(stamp)")
     resolve_prompt(task)
     v = kda(clone, "validate", slug, ok=False)
     assert v.returncode == 0, v.stdout + v.stderr
@@ -180,11 +184,13 @@ x = { shape = [1, 4096, 1536], dtype = "bfloat16" }
 update = { shape = [1, 4096, 1536], dtype = "bfloat16" }
 gate = { shape = [1, 1, 1536], dtype = "float32" }
 ''')
-    refused(clone, slug, "kda_lab/families/residual_gate.py:", "kda_kernels/registry.py:", "kda_kernels/contracts.py:")
+    refused(clone, slug, "kda_lab/families/residual_gate.py:", "kda_kernels/registry.py:",
+            "kda_kernels/contracts.py:")
     text = fam.read_text()
     text = re.sub(r"def residual_gate_fp32_oracle.*?\n\n\n", RESIDUAL_ORACLE + "\n\n", text, flags=re.S)
     text = re.sub(r'TEST_ROWS = """.*?"""\n', RESIDUAL_ROWS, text, flags=re.S)
-    fam.write_text(text.replace("TODO(stamp): ", "").replace("# TODO(stamp): check them against the code.", ""))
+    fam.write_text(text.replace("# TODO(stamp): check them against the code.", "")
+                   .replace("TODO(stamp): ", ""))
     for rel in ("kda_kernels/registry.py", "kda_kernels/contracts.py"):
         p = clone / rel
         p.write_text("\n".join(ln for ln in p.read_text().splitlines() if "TODO(stamp)" not in ln) + "\n")
@@ -192,16 +198,17 @@ gate = { shape = [1, 1, 1536], dtype = "float32" }
     kda(clone, "new-task", slug, "--family", "residual_gate", "--title", "fp32 residual gate", "--force")
     resolve_prompt(task)
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)",
-         first_block(task / "task.toml", "test").replace('kind = "test"', 'kind = "production"\nmodel = "Wan"\n'
-                                                           'preset = "wan"').replace("test_gate", "wan_gate")
-         .replace('tags = ["tiny"]\n', "").replace("source = \"test:", "source = \"derived:"))
+         first_block(task / "task.toml", "test")
+         .replace('kind = "test"', 'kind = "production"\nmodel = "Wan"\npreset = "wan"')
+         .replace("test_gate", "wan_gate").replace('tags = ["tiny"]\n', "")
+         .replace('source = "test:', 'source = "derived:'))
     v = kda(clone, "validate", slug, ok=False)
     assert v.returncode == 0, v.stdout + v.stderr
     assert "test_gate_per_batch [float32] seed 0: ok" in check_interpret(clone, slug)
     # the stamped family test file runs and passes (oracle vs SGLang, and a wrong impl rejected)
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_families_residual_gate.py"], cwd=clone, env=env_for(clone), capture_output=True,
-                       text=True, timeout=600)
+                        "tests/test_families_residual_gate.py"], cwd=clone, env=env_for(clone),
+                       capture_output=True, text=True, timeout=600)
     assert t.returncode == 0 and "3 passed" in t.stdout, t.stdout[-3000:] + t.stderr[-2000:]
     commit_as_hinted_and_launch(clone, slug)
 
@@ -253,8 +260,9 @@ pad = [1, 1, 1, 1]
 
 def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
     out = kda(clone, "new-family", "reflect_pad3d", "--fast-path", LTX2_CONV, "--exact").stdout
-    for rel in ("kda_lab/families/reflect_pad3d.py", "kda_lab/families/__init__.py", "kda_kernels/registry.py",
-                "kda_kernels/diffusion/reflect_pad3d/__init__.py", "tests/test_families_reflect_pad3d.py"):
+    for rel in ("kda_lab/families/reflect_pad3d.py", "kda_lab/families/__init__.py",
+                "kda_kernels/registry.py", "kda_kernels/diffusion/reflect_pad3d/__init__.py",
+                "tests/test_families_reflect_pad3d.py"):
         assert rel in out and (clone / rel).is_file(), rel
     assert '"ltx2_video_causal_conv3d"' in (clone / "kda_kernels/registry.py").read_text()
     assert "FAST_PATHS = (\"ltx2_video_causal_conv3d\",)" in (
@@ -264,7 +272,8 @@ def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
     kda(clone, "new-task", slug, "--family", "reflect_pad3d", "--title", "LTX-2 VAE reflection pad")
     task = clone / "kernels" / slug
     toml = (task / "task.toml").read_text()
-    assert toml.count("exact = true") == 1 and "float32 = { atol = 0.0, rtol = 0.0 }" in toml  # exact defaults
+    # the exact defaults: exact = true, zero tolerances
+    assert toml.count("exact = true") == 1 and "float32 = { atol = 0.0, rtol = 0.0 }" in toml
     prompt = (task / "prompt.md").read_text()
     assert "through the facade" not in prompt and "variance" not in prompt and "bit-identical" in prompt
     resolve_prompt(task)
@@ -313,7 +322,8 @@ def test_new_family_refuses_what_it_cannot_register(clone: Path) -> None:
         (["Bad-Name", "--sglang", RESIDUAL_GATE], "lower_snake_case"),
         (["gate2", "--sglang", "sglang.kernels.ops.diffusion.modulate.residual_gate_fp32:no_such_fn"],
          "defines no function no_such_fn"),
-        (["gate3", "--sglang", "sglang.kernels.ops.diffusion.norm.norm_triton:norm_infer"], "already a function"),
+        (["gate3", "--sglang", "sglang.kernels.ops.diffusion.norm.norm_triton:norm_infer"],
+         "already a function"),
         (["pad4", "--fast-path", "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae:NoSuchClass"],
          "defines no class NoSuchClass"),
     ):

@@ -6,9 +6,9 @@
 - a task function the family module's ``FUNCTIONS`` does not declare;
 - unresolved ``TODO(stamp)`` markers in the family module and, for the task's functions, in the overlay's
   registry and contracts (``kda new-family`` writes them);
-- template text that contradicts task.toml: the facade baseline sentence for a function whose ``entry`` is not the
-  facade, the variance rule in a task whose functions are all ``exact`` (a copy or layout family, not a norm), a
-  function of an ``EXACT`` family without ``exact = true``;
+- template text that contradicts task.toml: the facade baseline sentence for a function whose ``entry`` is
+  not the facade, the variance rule in a task whose functions are all ``exact`` (a copy or layout family, not
+  a norm), a function of an ``EXACT`` family without ``exact = true``;
 - the task's GPU named twice in prompt.md's title line.
 
 Torch-free: the family module is read as source (its ``FUNCTIONS`` and ``EXACT`` literals), never imported.
@@ -42,7 +42,8 @@ def family_source(family: str) -> Path | None:
 
 
 def module_literals(path: Path) -> dict[str, Any]:
-    """Top-level ``FUNCTIONS`` keys (a dict literal) and ``EXACT`` of a family module, read from its source."""
+    """Top-level ``FUNCTIONS`` keys (a dict literal) and ``EXACT`` of a family module, read from its
+    source."""
     out: dict[str, Any] = {}
     for node in ast.parse(path.read_text()).body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
@@ -64,16 +65,17 @@ def family_problems(task: Any) -> list[str]:
                 f"module:function` or `--fast-path module:Class` (docs/workflow.md, \"Adding to the lab\")"]
     source = family_source(family)
     if source is None:
-        return [f"{name}: family {family!r} has no module kda_lab/families/{family}.py (its oracle, FUNCTIONS, "
-                f"BYTE_MODELS, TEST_ROWS): `kda check` cannot run; write it (or stamp it with `kda new-family`)"]
+        return [f"{name}: family {family!r} has no module kda_lab/families/{family}.py (its oracle, "
+                "FUNCTIONS, BYTE_MODELS, TEST_ROWS): `kda check` cannot run; write it (or stamp it with "
+                "`kda new-family`)"]
     problems = []
     literals = module_literals(source)
     declared = literals.get("FUNCTIONS")
     if declared is not None:
         missing = sorted(set(task.functions) - declared)
         if missing:
-            problems.append(f"{name}: task.toml cites {missing}, which kda_lab/families/{family}.py FUNCTIONS does "
-                            f"not declare ({sorted(declared)})")
+            problems.append(f"{name}: task.toml cites {missing}, which kda_lab/families/{family}.py "
+                            f"FUNCTIONS does not declare ({sorted(declared)})")
     for i, line in enumerate(source.read_text().splitlines(), start=1):
         if TODO in line:
             problems.append(f"{name}: kda_lab/families/{family}.py:{i}: unresolved {TODO}")
@@ -107,17 +109,18 @@ def text_problems(task: Any, family_exact: bool) -> list[str]:
     problems = []
     off_facade = sorted(fn for fn, spec in task.functions.items() if not spec.entry.startswith(FACADE_ENTRY))
     if FACADE_SENTENCE in prompt and off_facade:
-        problems.append(f"{name}: prompt.md says the baseline goes through SGLang's facade, but task.toml's entry of "
-                        f"{off_facade} is not the facade: say what the baseline is")
+        problems.append(f"{name}: prompt.md says the baseline goes through SGLang's facade, but task.toml's "
+                        f"entry of {off_facade} is not the facade: say what the baseline is")
     all_exact = bool(task.functions) and all(spec.exact for spec in task.functions.values())
     if all_exact and "norm" not in task.family and VARIANCE_RE.search(prompt):
-        problems.append(f"{name}: prompt.md carries the variance rule (norm-style wording), but every function of "
-                        f"this {task.family} task is exact = true: state the bit-exactness rule instead")
+        problems.append(f"{name}: prompt.md carries the variance rule (norm-style wording), but every "
+                        f"function of this {task.family} task is exact = true: state the bit-exactness rule "
+                        "instead")
     if family_exact:
         loose = sorted(fn for fn, spec in task.functions.items() if not spec.exact)
         if loose:
-            problems.append(f"{name}: family {task.family} is EXACT (its module), but task.toml's {loose} lack "
-                            "exact = true")
+            problems.append(f"{name}: family {task.family} is EXACT (its module), but task.toml's {loose} "
+                            "lack exact = true")
     title = prompt.splitlines()[0] if prompt else ""
     gpu = GPU_NAMES.get(task.arch, task.arch.upper())
     if len(re.findall(re.escape(gpu), title, flags=re.I)) > 1:

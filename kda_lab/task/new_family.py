@@ -1,15 +1,15 @@
-"""`kda new-family`: register a new kernel family in the lab, one command per extension path (docs/workflow.md,
-"Adding to the lab").
+"""`kda new-family`: register a new kernel family in the lab, one command per extension path
+(docs/workflow.md, "Adding to the lab").
 
-- ``kda new-family NAME --sglang module:function [...]``: SGLang functions the overlay swaps. Writes the family
-  module (``FUNCTIONS`` / ``BYTE_MODELS`` / ``TEST_ROWS`` stubs), the registry targets (``kda_kernels/registry.py``
-  ``TARGETS``, which ``kda_lab.families.FAMILY_FUNCTIONS`` reads), the ``kda::`` contract stubs
-  (``kda_kernels/contracts.py``), the generated overlay family ``kda_kernels/diffusion/NAME/__init__.py`` and a
-  test file ``tests/test_families_NAME.py``.
-- ``kda new-family NAME --fast-path module:Class``: code inside an SGLang model class (no function to swap). Writes
-  the family module (with ``BASELINES``: the lab's verbatim copy of that code, to fill in), the ``MODEL_FAMILIES`` /
-  ``FAMILY_FUNCTIONS`` entries (``kda_lab/families/__init__.py``), the ``FAST_PATHS`` entry
-  (``kda_kernels/registry.py``), the generated overlay family ``__init__`` and the test file.
+- ``kda new-family NAME --sglang module:function [...]``: SGLang functions the overlay swaps. Writes the
+  family module (``FUNCTIONS`` / ``BYTE_MODELS`` / ``TEST_ROWS`` stubs), the registry targets
+  (``kda_kernels/registry.py`` ``TARGETS``, which ``kda_lab.families.FAMILY_FUNCTIONS`` reads), the ``kda::``
+  contract stubs (``kda_kernels/contracts.py``), the generated overlay family
+  ``kda_kernels/diffusion/NAME/__init__.py`` and a test file ``tests/test_families_NAME.py``.
+- ``kda new-family NAME --fast-path module:Class``: code inside an SGLang model class (no function to swap).
+  Writes the family module (with ``BASELINES``: the lab's verbatim copy of that code, to fill in), the
+  ``MODEL_FAMILIES`` / ``FAMILY_FUNCTIONS`` entries (``kda_lab/families/__init__.py``), the ``FAST_PATHS``
+  entry (``kda_kernels/registry.py``), the generated overlay family ``__init__`` and the test file.
 
 What needs judgment is marked ``TODO(stamp)``; ``kda validate`` refuses a task of the family until the family
 module has none left (:mod:`kda_lab.task.family_checks`). Then ``kda new-task <arch>_... --family NAME``.
@@ -37,8 +37,7 @@ NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 TARGETS_END = "\n)\n\nBY_FUNCTION"
 FAST_PATHS_END = "\n)\nFAST_PATH_FAMILIES"
 CONTRACTS_END = "\n)}\n"
-SIGNATURES_END = "\n\n# ------------------------------------------------------------------------------------------------" \
-    "----- fakes"
+SIGNATURES_END = "\n\n# " + "-" * 101 + " fakes"
 MODEL_FAMILIES_RE = re.compile(r"MODEL_FAMILIES: tuple\[str, \.\.\.\] = \(([^)]*)\)")
 FAMILY_FUNCTIONS_END = "\n}\n\n\nclass FamilyNotImplemented"
 
@@ -58,7 +57,8 @@ class Stamped:
 def _split(ref: str, what: str) -> tuple[str, str]:
     module, sep, name = ref.partition(":")
     if not sep or not module or not name.isidentifier():
-        raise FamilyError(f"{what} must be module:{'Class' if what == '--fast-path' else 'function'}, got {ref!r}")
+        kind = "Class" if what == "--fast-path" else "function"
+        raise FamilyError(f"{what} must be module:{kind}, got {ref!r}")
     return module, name
 
 
@@ -86,11 +86,13 @@ def facade_function(module: str, fn: str) -> bool:
 
 
 def _signature_stub(module: str, fn: str) -> tuple[str, list[str]]:
-    """SGLang's ``def`` line of ``fn`` as a body-less stub for kda_kernels/contracts.py, and its tensor arguments."""
+    """SGLang's ``def`` line of ``fn`` as a body-less stub for kda_kernels/contracts.py, and its tensor
+    arguments."""
     node = find_def(module, fn)
     stub = ast.FunctionDef(name=fn, args=node.args, body=[ast.Expr(ast.Constant(...))], decorator_list=[],
                            returns=node.returns, type_params=[])
-    text = ast.unparse(ast.fix_missing_locations(stub)).replace("torch.Tensor", "Tensor").replace(":\n    ...", ": ...")
+    text = ast.unparse(ast.fix_missing_locations(stub))
+    text = text.replace("torch.Tensor", "Tensor").replace(":\n    ...", ": ...")
     tensors = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
                if a.annotation is not None and "Tensor" in ast.unparse(a.annotation)]
     return text, tensors
@@ -98,13 +100,15 @@ def _signature_stub(module: str, fn: str) -> tuple[str, list[str]]:
 
 def family_module_text(name: str, functions: dict[str, list[str]], baselines: dict[str, str], origin: str,
                        exact: bool) -> str:
-    """The stamped ``kda_lab/families/NAME.py``: real structure, stubs marked TODO(stamp) where judgment goes."""
+    """The stamped ``kda_lab/families/NAME.py``: real structure, stubs marked TODO(stamp) where judgment
+    goes."""
     q = '"'
     lines = [
         f'"""{name}: {origin}.',
         "",
-        f"{TODO}: the contract of each function: shapes, dtypes, strides, in place or not, what SGLang computes",
-        "(quote its code), what the oracle computes in fp64 and why the tolerances in the task.toml are what they are.",
+        f"{TODO}: the contract of each function: shapes, dtypes, strides, in place or not, what SGLang",
+        "computes (quote its code), what the oracle computes in fp64 and why the task.toml's tolerances are",
+        "what they are.",
         '"""',
         "",
         "from __future__ import annotations",
@@ -118,8 +122,8 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
     for fn, tensors in functions.items():
         lines += [
             f"def {fn}_oracle(a: Args) -> tuple[torch.Tensor, ...]:",
-            f'    """fp64 oracle of ``{fn}``: its outputs from the arguments {", ".join(tensors) or "(none)"}."""',
-            f'    raise NotImplementedError("{TODO}: the fp64 oracle of {fn} (inputs .double(), no SGLang code)")',
+            f'    """fp64 oracle of ``{fn}`` from {", ".join(tensors) or "its arguments"}."""',
+            f'    raise NotImplementedError("{TODO}: the fp64 oracle of {fn} (no SGLang code)")',
             "",
             "",
         ]
@@ -134,21 +138,21 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
             ]
     lines.append("FUNCTIONS = {")
     lines += [f'    "{fn}": FunctionContract(name="{fn}", oracle={fn}_oracle),' for fn in functions]
-    lines += ["}", "", "# Byte model per function: the arguments read once, then one argument of each output's shape (the",
-              f"# outputs written once). {TODO}: check them against the code.",
+    lines += ["}", "", "# Byte model per function: the arguments read once, then one argument of each",
+              f"# output's shape (the outputs written once). {TODO}: check them against the code.",
               "BYTE_MODELS = {"]
     lines += [f'    "{fn}": (({", ".join(f"{q}{t}{q}" for t in ts)}{"," if len(ts) == 1 else ""}), '
               f'({f"{q}{ts[0]}{q}," if ts else ""})),' for fn, ts in functions.items()]
     lines += ["}", ""]
     if exact:
-        lines += ["# SGLang's roundings are the contract: the stamper writes exact = true and zero tolerances.",
+        lines += ["# SGLang's roundings are the contract: tasks get exact = true and zero tolerances.",
                   "EXACT = True", ""]
     if baselines:
-        lines += ["# SGLang has no facade entry for these: the stamper writes them as task.toml's sglang and entry.",
+        lines += ["# SGLang has no facade entry for these: tasks name them as task.toml's sglang and entry.",
                   "BASELINES = {", *[f'    "{fn}": "{ref}",' for fn, ref in baselines.items()], "}", ""]
     lines += [
-        "# Test rows every task of this family gets (kda new-task): tails, odd sizes, strided views; tag the small",
-        "# ones 'tiny' (kda check --interpret runs those on CPU).",
+        "# Test rows every task of this family gets (kda new-task): tails, odd sizes, strided views; tag the",
+        "# small ones 'tiny' (kda check --interpret runs those on CPU).",
         'TEST_ROWS = """',
         f"# {TODO}: test rows, e.g.",
         "# [[workloads]]",
@@ -166,9 +170,9 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
 
 
 def test_file_text(name: str) -> str:
-    return f'''"""The {name} family: SGLang against the fp64 oracle on the tiny rows of the family's tasks, and a wrong
-implementation the checker must reject ({TODO}: add hand-computed oracle cases and the family's known wrong
-implementations)."""
+    return f'''"""The {name} family: SGLang against the fp64 oracle on the tiny rows of the family's
+tasks, and a wrong implementation the checker must reject ({TODO}: add hand-computed oracle cases and
+the family's known wrong implementations)."""
 
 from __future__ import annotations
 
@@ -213,7 +217,8 @@ def test_the_checker_rejects_a_wrong_implementation(task, row) -> None:
         first[(0,) * first.dim()] += 1.0
         return result
 
-    results = check_row(task, row.with_dtype("float32"), fc, {{"wrong": one_element_off}}, seed=1, device="cpu")
+    results = check_row(task, row.with_dtype("float32"), fc, {{"wrong": one_element_off}}, seed=1,
+                        device="cpu")
     assert not all(r.ok for r in results), "an output one element off passed the checker"
 '''
 
@@ -239,18 +244,19 @@ def _create(root: Path, rel: str, text: str, stamped: Stamped) -> None:
 
 
 def _family_init(root: Path, name: str, stamped: Stamped) -> None:
-    """The generated kda_kernels/diffusion/NAME/__init__.py (unpromoted), written by the exporter's own renderer in
-    a fresh process: it reads the registry this command just edited."""
+    """The generated kda_kernels/diffusion/NAME/__init__.py (unpromoted), written by the exporter's own
+    renderer in a fresh process: it reads the registry this command just edited."""
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; sys.path.insert(0, 'scripts/export_kda_kernels'); import export; "
-            f"export.write_family_init(Path('.'), {name!r})")
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, 'scripts/export_kda_kernels'); "
+            f"import export; export.write_family_init(Path('.'), {name!r})")
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        env={**__import__("os").environ, "PYTHONPATH": str(root)})
     if r.returncode != 0:
         raise FamilyError(f"generating kda_kernels/diffusion/{name}/__init__.py failed:\n{r.stderr[-2000:]}")
-    stamped.created += [f"kda_kernels/diffusion/{name}/__init__.py", f"kda_kernels/diffusion/{name}/_impls/__init__.py"]
+    stamped.created += [f"kda_kernels/diffusion/{name}/__init__.py",
+                        f"kda_kernels/diffusion/{name}/_impls/__init__.py"]
 
 
 def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None = None,
@@ -282,7 +288,8 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
             if not facade_function(module, fn):
                 baselines[fn] = f"{module}:{fn}"
         origin = "SGLang 0.5.23's " + ", ".join(f"``{m}:{f}``" for m, f in refs)
-        _create(root, f"kda_lab/families/{name}.py", family_module_text(name, fns, baselines, origin, exact), stamped)
+        _create(root, f"kda_lab/families/{name}.py", family_module_text(name, fns, baselines, origin, exact),
+                stamped)
         _edit(root, "kda_kernels/registry.py", TARGETS_END,
               "".join(f"\n    # {TODO}: {fn}'s kind (op, out, optional, wrapper; see the module docstring)"
                       f"\n    SwapTarget({q}{fn}{q}, {q}{name}{q},\n               {q}{module}:{fn}{q}),"
@@ -291,7 +298,8 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
               "".join(f"\n\n# {TODO}: {stub.split('(')[0][4:]}'s signature as SGLang 0.5.23 defines it "
                       f"(tests/test_overlay.py compares)\n{stub}\n" for stub in stubs), stamped)
         _edit(root, "kda_kernels/contracts.py", CONTRACTS_END,
-              "".join(f"\n    # {TODO}: {fn}'s fake returns what SGLang returns (shape, dtype, strides); mutated args"
+              "".join(f"\n    # {TODO}: {fn}'s fake returns what SGLang returns (shape, dtype, strides); "
+                      "mutated args"
                       f"\n    _c({fn}, _fake_like0)," for _, fn in refs), stamped)
     else:
         assert fast_path is not None
@@ -309,7 +317,8 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
         text = init.read_text()
         m = MODEL_FAMILIES_RE.search(text)
         if m is None:
-            raise FamilyError("kda_lab/families/__init__.py: cannot find MODEL_FAMILIES; add the family by hand")
+            raise FamilyError("kda_lab/families/__init__.py: cannot find MODEL_FAMILIES; add the family by "
+                              "hand")
         names = [x.strip() for x in m.group(1).split(",") if x.strip()]
         init.write_text(text.replace(m.group(0), m.group(0).replace(
             m.group(1), ", ".join([*names, f"{q}{name}{q}"]) + ("," if not names else ""))))
@@ -333,21 +342,23 @@ def cmd_new_family(args: argparse.Namespace) -> int:
         print(f"  created  {rel}")
     for rel in stamped.modified:
         print(f"  modified {rel}")
-    print(f"next: resolve every {TODO} in kda_lab/families/{args.name}.py (oracle, byte models, test rows) and in "
-          f"the files above, then `kda new-task <arch>_<name> --family {args.name}` (docs/workflow.md, "
-          "\"Adding to the lab\"); commit all of these files before launching")
+    print(f"next: resolve every {TODO} in kda_lab/families/{args.name}.py (oracle, byte models, test rows) "
+          f"and in the files above, then `kda new-task <arch>_<name> --family {args.name}` "
+          "(docs/workflow.md, \"Adding to the lab\"); commit all of these files before launching")
     return 0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("new-family", help="register a new kernel family (SGLang functions or a model-class fast path)")
+    p = sub.add_parser("new-family",
+                       help="register a new kernel family (SGLang functions or a model-class fast path)")
     p.add_argument("name", help="the family, lower_snake_case (e.g. residual_gate)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--sglang", action="append", metavar="MODULE:FUNCTION",
                    help="an SGLang 0.5.23 function the overlay swaps (repeat for several)")
     g.add_argument("--fast-path", metavar="MODULE:CLASS",
                    help="an SGLang model class whose code the family replaces (a module-level fast path)")
-    p.add_argument("--functions", help="with --fast-path: the lab's kernel functions, comma-separated (default: NAME)")
+    p.add_argument("--functions",
+                   help="with --fast-path: the lab's kernel functions, comma-separated (default: NAME)")
     p.add_argument("--exact", action="store_true",
                    help="SGLang's roundings are the contract: tasks get exact = true and zero tolerances")
     p.set_defaults(func=cmd_new_family)
