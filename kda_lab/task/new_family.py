@@ -325,7 +325,7 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
         stamped.modified.append("kda_lab/families/__init__.py")
         _edit(root, "kda_lab/families/__init__.py", FAMILY_FUNCTIONS_END,
               f"\n    {q}{name}{q}: ({', '.join(f'{q}{fn}{q}' for fn in kernels)},),", stamped)
-        fp_name = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+        fp_name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls).lower()
         _edit(root, "kda_kernels/registry.py", FAST_PATHS_END,
               f"\n    FastPath({q}{fp_name}{q}, {q}{name}{q}, {q}{module}{q},\n"
               f"             ({', '.join(f'{q}{fn}{q}' for fn in kernels)},)),", stamped)

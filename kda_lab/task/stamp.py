@@ -104,6 +104,22 @@ EXACT_RULE = ("No `--use_fast_math`; the output is bit-identical to SGLang's (ta
 PLAIN_RULE = "No `--use_fast_math`; fp32 accumulation (or exact integer/copy arithmetic where that is the op)."
 
 
+def family_tolerances(family: str, arch: str) -> str | None:
+    """The [tolerances] table of an existing task of the family (the same arch first), as that task derived
+    it, with a line citing it; None when the family has no task yet."""
+    tasks = sorted(kernels_dir().glob("*/task.toml"), key=lambda p: not p.parent.name.startswith(arch))
+    for toml in tasks:
+        text = toml.read_text()
+        if not re.search(rf'^family = "{re.escape(family)}"$', text, flags=re.M):
+            continue
+        m = re.search(r"^\[tolerances\]\n(?:(?!\[).*\n)*", text, flags=re.M)
+        if m:
+            table = m.group(0).rstrip() + "\n"
+            return (f"# As kernels/{toml.parent.name}/task.toml derives them (the same family);\n"
+                    f"# say why, if this task's differ.\n{table}")
+    return None
+
+
 def family_exact(family: str) -> bool:
     """Whether the family declares SGLang's roundings its contract (its module's ``EXACT``)."""
     try:
@@ -284,7 +300,7 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
         "heading": heading(facts["gpu"], title or f"{family} kernels"),
         "baseline_line": baseline_line(FAMILY_FUNCTIONS[family]),
         "numerics_rule": numerics_rule(family),
-        "tolerances": EXACT_TOLERANCES if family_exact(family) else TOLERANCES,
+        "tolerances": family_tolerances(family, arch) or (EXACT_TOLERANCES if family_exact(family) else TOLERANCES),
         "functions": _functions_toml(family), "workloads": "\n".join(blocks),
         "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | "
                                     f"`{off_facade_baseline(fn) or f'sglang.kernels.ops.diffusion.{fn}'}` |"
