@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "kda_lab"
-STAGES = ("task", "measure", "report", "launch", "interpret", "profile", "families", "e2e")
+STAGES = ("task", "measure", "report", "launch", "interpret", "profile", "families", "e2e", "export")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -147,7 +147,7 @@ def test_stages_import_downward_only() -> None:
     """Leaves and the task layer never reach up into measuring, reporting, the interpreter or profiling."""
     graph = import_graph(PACKAGE)
     upper = ("kda_lab.measure", "kda_lab.report", "kda_lab.interpret", "kda_lab.profile", "kda_lab.cli",
-             "kda_lab.testing", "kda_lab.e2e")
+             "kda_lab.testing", "kda_lab.e2e", "kda_lab.export")
     lower = [m for m in graph if m.startswith(("kda_lab.task", "kda_lab.families", "kda_lab.launch"))
              or m in ("kda_lab.ledger", "kda_lab.evidence", "kda_lab.stats", "kda_lab.paths", "kda_lab.sglang_source")]
     reaching_up = {m: sorted(t for t in graph[m] if t.startswith(upper)) for m in lower}
