@@ -275,7 +275,8 @@ def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
     # the exact defaults: exact = true, zero tolerances
     assert toml.count("exact = true") == 1 and "float32 = { atol = 0.0, rtol = 0.0 }" in toml
     prompt = (task / "prompt.md").read_text()
-    assert "through the facade" not in prompt and "variance" not in prompt and "bit-identical" in prompt
+    assert "Baseline: SGLang 0.5.23 through the facade" not in prompt and "bit-identical" in prompt
+    assert "variance" not in prompt and "sglang_reflect_pad3d" in prompt  # the baseline the family declares
     resolve_prompt(task)
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)", '''[[workloads]]
 name = "ltx2_reflect_1x128x3x64x64"

@@ -22,11 +22,17 @@ LIMIT = 110
 
 
 def load_yaml(path: Path) -> dict:
-    e2e_site = Path(sys.executable).parent.parent / "e2e-site"  # PyYAML: scripts/setup_env.sh puts it there
-    if e2e_site.is_dir() and str(e2e_site) not in sys.path:
-        sys.path.append(str(e2e_site))
-    import yaml
-
+    """PyYAML from .venv/e2e-site (scripts/setup_env.sh), on sys.path only while it imports: that folder also
+    holds torchvision & co. for `kda e2e`, which must not leak into the other tests of this process."""
+    e2e_site = str(Path(sys.executable).parent.parent / "e2e-site")
+    added = e2e_site not in sys.path
+    if added:
+        sys.path.append(e2e_site)
+    try:
+        import yaml
+    finally:
+        if added:
+            sys.path.remove(e2e_site)
     return yaml.safe_load(path.read_text())
 
 
@@ -141,10 +147,14 @@ def test_doctor_says_for_which_arch_rows_count() -> None:
     assert r.returncode == 0 and "rows count for no arch" in r.stdout, r.stdout
 
 
-def test_the_launcher_numbers_doc_is_not_a_stale_table() -> None:
+def test_the_launcher_numbers_doc_says_what_order_txt_says() -> None:
     docs = (REPO / "docs" / "workflow.md").read_text()
-    assert "k19, k20" not in docs and not re.search(r"^\| k\d\d \|", docs, flags=re.M)
-    assert "scripts/launch_kernels/order.txt" in docs
+    order = (REPO / "scripts" / "launch_kernels" / "order.txt").read_text().split()
+    rows = re.findall(r"^\| k(\d\d) \| `([^`]+)` \|", docs, flags=re.M)
+    assert rows and all(order[int(n) - 1] == slug for n, slug in rows), rows
+    examples = re.findall(r"\bk(\d\d) is\s+`([^`]+)`", docs)  # the prose's examples
+    assert examples and all(order[int(n) - 1] == slug for n, slug in examples), examples
+    assert "k19, k20" not in docs and "scripts/launch_kernels/order.txt" in docs
 
 
 def test_adding_to_the_lab_documents_commands_that_parse() -> None:
