@@ -234,8 +234,9 @@ def reflect_pad3d_oracle(a: Args) -> tuple[torch.Tensor, ...]:
 
 
 def sglang_reflect_pad3d(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
-    """LTX2VideoCausalConv3d's F.pad(hidden_states, ..., mode="reflect") on H and W."""
-    return F.pad(x, pad, mode="reflect")
+    """LTX2VideoCausalConv3d's reflect pad of H and W in NDHWC order (C unpadded), verbatim."""
+    wl, wr, hl, hr = pad
+    return F.pad(x.permute(0, 2, 3, 4, 1), (0, 0, wl, wr, hl, hr), mode="reflect").permute(0, 4, 1, 2, 3)
 
 
 FUNCTIONS = {
