@@ -98,13 +98,14 @@ def _signature_stub(module: str, fn: str) -> tuple[str, list[str]]:
     return text, tensors
 
 
-def family_module_text(name: str, functions: dict[str, list[str]], baselines: dict[str, str], origin: str,
-                       exact: bool) -> str:
+def family_module_text(name: str, functions: dict[str, list[str]], baselines: dict[str, str],
+                       origin: list[str], exact: bool) -> str:
     """The stamped ``kda_lab/families/NAME.py``: real structure, stubs marked TODO(stamp) where judgment
     goes."""
     q = '"'
     lines = [
-        f'"""{name}: {origin}.',
+        f'"""The {name} family, stamped by `kda new-family` from SGLang 0.5.23\'s',
+        *(f"``{ref}``{',' if i + 1 < len(origin) else '.'}" for i, ref in enumerate(origin)),
         "",
         f"{TODO}: the contract of each function: shapes, dtypes, strides, in place or not, what SGLang",
         "computes (quote its code), what the oracle computes in fp64 and why the task.toml's tolerances are",
@@ -131,7 +132,8 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
         if ref.startswith(f"kda_lab.families.{name}:"):
             lines += [
                 f"def {ref.partition(':')[2]}(*args: torch.Tensor) -> torch.Tensor:",
-                f'    """The code of {origin} lifted verbatim into a function with the lab\'s signature."""',
+                f'    """SGLang\'s code (``{origin[0]}``) lifted verbatim into a function',
+                '    with the lab\'s signature."""',
                 f'    raise NotImplementedError("{TODO}: copy SGLang\'s code here, verbatim")',
                 "",
                 "",
@@ -177,7 +179,6 @@ the family's known wrong implementations)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from kda_lab.families import contract
 from kda_lab.measure.correctness import check_row
@@ -287,7 +288,7 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
             stubs.append(stub)
             if not facade_function(module, fn):
                 baselines[fn] = f"{module}:{fn}"
-        origin = "SGLang 0.5.23's " + ", ".join(f"``{m}:{f}``" for m, f in refs)
+        origin = [f"{m}:{f}" for m, f in refs]
         _create(root, f"kda_lab/families/{name}.py", family_module_text(name, fns, baselines, origin, exact),
                 stamped)
         _edit(root, "kda_kernels/registry.py", TARGETS_END,
@@ -310,7 +311,7 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
         if clash:
             raise FamilyError(f"{', '.join(clash)} already belong to another family")
         baselines = {fn: f"kda_lab.families.{name}:sglang_{fn}" for fn in kernels}
-        origin = f"code inside SGLang 0.5.23's ``{module}.{cls}``"
+        origin = [f"{module}.{cls}"]
         _create(root, f"kda_lab/families/{name}.py",
                 family_module_text(name, {fn: [] for fn in kernels}, baselines, origin, exact), stamped)
         init = root / "kda_lab" / "families" / "__init__.py"
