@@ -132,8 +132,8 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
         if ref.startswith(f"kda_lab.families.{name}:"):
             lines += [
                 f"def {ref.partition(':')[2]}(*args: torch.Tensor) -> torch.Tensor:",
-                f'    """SGLang\'s code (``{origin[0]}``) lifted verbatim into a function',
-                '    with the lab\'s signature."""',
+                '    """SGLang\'s code lifted verbatim into a function with the lab\'s signature, from',
+                f'    ``{origin[0]}``."""',
                 f'    raise NotImplementedError("{TODO}: copy SGLang\'s code here, verbatim")',
                 "",
                 "",
