@@ -102,6 +102,15 @@ def commit_as_hinted_and_launch(repo: Path, slug: str) -> None:
     assert v.returncode == 0, v.stdout + v.stderr
 
 
+def ruff_clean(repo: Path, out: str) -> None:
+    """The files `kda new-family` created or modified pass the lab's ruff (line length included)."""
+    files = re.findall(r"(?:created|modified) +(\S+\.py)$", out, flags=re.M)
+    assert files
+    ruff = Path(sys.executable).parent / "ruff"
+    r = subprocess.run([str(ruff), "check", *files], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+
+
 def check_interpret(repo: Path, slug: str) -> str:
     r = kda(repo, "check", slug, "--interpret", "--no-record", "--dtypes", "float32", "--seeds", "1",
             ok=False)
@@ -159,6 +168,7 @@ def test_path_2_a_new_family_for_an_sglang_function(clone: Path) -> None:
     for rel in ("kda_lab/families/residual_gate.py", "kda_kernels/registry.py", "kda_kernels/contracts.py",
                 "kda_kernels/diffusion/residual_gate/__init__.py", "tests/test_families_residual_gate.py"):
         assert rel in out and (clone / rel).is_file(), rel
+    ruff_clean(clone, out)
     # the exporter's check accepts the new, unpromoted family, with or without its generated __init__.py
     init = clone / "kda_kernels/diffusion/residual_gate/__init__.py"
     generated = init.read_text()
@@ -265,6 +275,7 @@ def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
                 "kda_kernels/registry.py", "kda_kernels/diffusion/reflect_pad3d/__init__.py",
                 "tests/test_families_reflect_pad3d.py"):
         assert rel in out and (clone / rel).is_file(), rel
+    ruff_clean(clone, out)
     assert '"ltx2_video_causal_conv3d"' in (clone / "kda_kernels/registry.py").read_text()
     assert "FAST_PATHS = (\"ltx2_video_causal_conv3d\",)" in (
         clone / "kda_kernels/diffusion/reflect_pad3d/__init__.py").read_text()
