@@ -28,6 +28,20 @@ if not _has_cuda:
 pytest_plugins = ["kda_lab.pytest_plugin"]  # a task's tests/test_correctness.py: TaskTests over its task.toml
 
 SHARED_SCOPES = ("module", "class", "package")
+# A task folder's test module that builds C++/CUDA (nvcc, g++ through kda_lab.testing's helpers, torch's
+# cpp_extension) is slow: marked so here, for every task to come, rather than in each agent-written file.
+COMPILES = ("nvcc", "compile_host_cpp", "assert_binding_compiles", "cpp_extension")
+_compiling: dict[str, bool] = {}
+
+
+def compiles(item: pytest.Item) -> bool:
+    path = str(item.path)
+    if "/kernels/" not in path or "/tests/" not in path:
+        return False
+    if path not in _compiling:
+        text = item.path.read_text(errors="replace")
+        _compiling[path] = any(word in text for word in COMPILES)
+    return _compiling[path]
 
 
 def shares_module_state(item: pytest.Item) -> bool:
@@ -45,5 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.nodeid.split("::", 1)[0]
         if module in shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(module))
+        if compiles(item) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
     # stable: slow first, the rest as collected
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
