@@ -148,3 +148,67 @@ def _import_binary(name: str, path: Path) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
+
+
+# ------------------------------------------------------------------------------- a task impl's extension
+# The block four promoted register.py files each carry (hash the sources, name the extension by it, build
+# on first use only in the lab), once: a candidate's next revision imports these instead of copying them.
+# The promoted copies keep their own block (their source hashes are evidence); prebuilt.py is not a hashed
+# helper (kda_lab.task.schema.HASHED_HELPERS), so this code is not part of any source hash.
+
+GENCODE: dict[str, str] = {"h200": "-gencode=arch=compute_90a,code=sm_90a",
+                           "b200": "-gencode=arch=compute_100a,code=sm_100a"}
+
+
+def source_digest(directory: str | Path, names: tuple[str, ...], *, with_names: bool = True,
+                  length: int = 12) -> str:
+    """sha256 over the files ``names`` in ``directory`` (each name too, unless ``with_names`` is False), the
+    first ``length`` hex digits: a changed source or header names a new extension."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in names:
+        data = (Path(directory) / name).read_bytes()
+        h.update(name.encode() + b"\0" + data if with_names else data)
+    return h.hexdigest()[:length]
+
+
+def builds_on_first_use(module_name: str) -> bool:
+    """A task folder's register.py (the lab) may compile on its first CUDA call; the exported copy, imported
+    as ``kda_kernels.diffusion.<family>._impls.<arch>.register``, is serving code and must never start a
+    compiler."""
+    return not module_name.startswith("kda_kernels.")
+
+
+def impl_extension(module_file: str, prefix: str, arch: str, sources: tuple[str, ...],
+                   headers: tuple[str, ...] = (), *, std: str = "c++20", host_only: bool = False,
+                   with_names: bool = True) -> Extension:
+    """The :class:`Extension` of an impl whose sources sit next to ``module_file`` (its ``__file__``), named
+    ``kda_<arch>_<prefix>_<digest of sources + headers>``; ``host_only``: a C++ binding that uses c10::cuda
+    but has no device code (no nvcc flags)."""
+    if arch not in GENCODE:
+        raise ValueError(f"unknown arch {arch!r}; known: {sorted(GENCODE)}")
+    here = os.path.dirname(os.path.abspath(module_file))
+    cflags = ("-O3", f"-std={std}")
+    digest = source_digest(here, (*sources, *headers), with_names=with_names)
+    return Extension(name=f"kda_{arch}_{prefix}_{digest}", arch=arch,
+                     sources=tuple(os.path.join(here, s) for s in sources), include_paths=(here,),
+                     cflags=cflags, cuda_cflags=() if host_only else (*cflags, GENCODE[arch]),
+                     with_cuda=True if host_only else None)
+
+
+class ExtensionSlot:
+    """An impl's extension module, loaded at most once per process: ``slot.get()`` is the module, or None
+    where it is not built and this copy may not build it; ``slot.tried`` says whether a load was attempted."""
+
+    def __init__(self, extension: Extension, module_name: str) -> None:
+        self.extension = extension
+        self.build = builds_on_first_use(module_name)
+        self.module: ModuleType | None = None
+        self.tried = False
+
+    def get(self, verbose: bool = False) -> ModuleType | None:
+        if self.module is None:
+            self.tried = True
+            self.module = self.extension.module or self.extension.load(build=self.build, verbose=verbose)
+        return self.module

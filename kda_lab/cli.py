@@ -13,7 +13,8 @@ from kda_lab.report.peers import vs_best_peer_cell
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.task.new_family", "kda_lab.export",
+                                   "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
 def task_report(task: Task) -> report.TaskReport:
@@ -108,8 +109,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def use_gpu(args: argparse.Namespace) -> None:
+    """--gpu INDEX|UUID: that GPU becomes the current device (refused when busy, unless --allow-busy)."""
+    if args.gpu is not None:
+        from kda_lab.measure.gpu_select import select_gpu
+
+        select_gpu(args.gpu, args.allow_busy)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     task = load_task(args.task)
+    if args.interpret and args.gpu is not None:
+        raise TaskError("kda check --interpret runs on the CPU: --gpu does not apply")
     if args.interpret:
         from kda_lab.interpret import InterpreterUnavailable, interpret_check
 
@@ -121,6 +132,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             return 2
     from kda_lab.measure.run import run_check
 
+    use_gpu(args)
     report = run_check(task, rows=args.rows, seeds=args.seeds, seed=args.seed, record=not args.no_record)
     return report.exit_code
 
@@ -130,6 +142,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     mode = "aa" if args.aa else "baseline-only" if args.baseline_only else "bench"
     task = load_task(args.task)
+    use_gpu(args)
     run_bench(task, mode=mode, rows=args.rows, trials=args.trials, seed=args.seed, compile_peer=not args.no_compile,
               public_peers=not args.no_peers, record=not args.no_record, include_test_rows=args.test_rows, allow_other_arch=args.allow_other_arch,
               supersedes=args.supersedes)
@@ -140,6 +153,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from kda_lab.doctor import report
 
     return report()
+
+
+def gpu_flags(parser: argparse.ArgumentParser) -> None:
+    from kda_lab.measure.gpu_select import add_arguments
+
+    add_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "evidence; exit 0 passed, 1 failed, 3 not checked (e.g. a CUDA candidate)")
     c.add_argument("--dtypes", default="float32,float16",
                    help="with --interpret: dtypes to run (bfloat16 is listed as skipped: the interpreter mishandles it)")
+    gpu_flags(c)
     c.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="interleaved CUDA-graph timing vs SGLang (GPU)")
@@ -184,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-record", action="store_true", help="do not append to the ledgers")
     b.add_argument("--supersedes", metavar="RUN_ID", help="this run replaces an earlier, mistaken run (append-only fix)")
     b.add_argument("--allow-other-arch", action="store_true", help=argparse.SUPPRESS)
+    gpu_flags(b)
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("doctor", help="GPU, nvcc, torch/triton/sglang/CuTe DSL, Claude Code, Humanize")

@@ -12,6 +12,10 @@ from kda_lab import ARCH_CAPABILITY
 from kda_lab.evidence import a_gpu, evidence_arch
 
 Check = tuple[str, bool, str, str]  # (what, ok, found, fix)
+# The one Humanize install line: docs/workflow.md ("Once per machine") and the launcher print it verbatim
+# (tests/test_house_habits.py holds the three to it).
+HUMANIZE_INSTALL = ("in Claude Code: /plugin marketplace add git@github.com:PolyArch/humanize.git, "
+                    "then /plugin install humanize@PolyArch")
 
 
 def _run(cmd: list[str]) -> str:
@@ -50,6 +54,16 @@ def gpu_evidence_line(name: str, cc: tuple[int, int]) -> str:
     return head + f"rows would be recorded as {arch!r}; no lab arch has this capability (h200_*/b200_* tasks refuse it)"
 
 
+def rows_count_for(arches: list[str]) -> Check:
+    """For which arch this host's `kda check`/`kda bench` rows count as evidence (README: "On a machine with an
+    H200 or B200"); none on a CPU host or a GPU of no lab arch."""
+    if arches:
+        tasks = ", ".join(f"{a}_*" for a in arches)
+        return ("evidence", True, f"this host's rows count for {', '.join(arches)} ({tasks} tasks)", "")
+    return ("evidence", True, "this host's rows count for no arch (none: `kda check --interpret` verdicts are CPU "
+                              "verdicts; h200 evidence needs an H200, b200 a B200)", "")
+
+
 def checks() -> list[Check]:
     out: list[Check] = []
     try:
@@ -57,12 +71,18 @@ def checks() -> list[Check]:
 
         out.append(("torch", True, torch.__version__, ""))
         if torch.cuda.is_available():
+            counted = []
             for i in range(torch.cuda.device_count()):
                 cc = torch.cuda.get_device_capability(i)
-                out.append((f"GPU {i}", True, gpu_evidence_line(torch.cuda.get_device_name(i), cc), ""))
+                name = torch.cuda.get_device_name(i)
+                out.append((f"GPU {i}", True, gpu_evidence_line(name, cc), ""))
+                arch = evidence_arch(name, cc)
+                counted += [arch] if arch in ARCH_CAPABILITY and arch not in counted else []
+            out.append(rows_count_for(counted))
         else:
             out.append(("GPU", False, "none (CPU only: correctness via --interpret; timings need the GPU box)",
                         "see docs/gpu-box.md to run on the H200 box"))
+            out.append(rows_count_for([]))
     except ImportError:
         out.append(("torch", False, "", "pip install -r requirements/cpu.txt"))
     nvcc = _run(["nvcc", "--version"]).splitlines()
@@ -78,8 +98,7 @@ def checks() -> list[Check]:
     claude = _run(["claude", "--version"])
     out.append(("Claude Code", bool(claude), claude or "missing", "npm install -g @anthropic-ai/claude-code"))
     humanize = _find_humanize()
-    out.append(("Humanize plugin", bool(humanize), humanize or "missing",
-                "in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize"))
+    out.append(("Humanize plugin", bool(humanize), humanize or "missing", HUMANIZE_INSTALL))
     out.append(("tmux", bool(shutil.which("tmux")), shutil.which("tmux") or "missing", "apt-get install -y tmux"))
     return out
 

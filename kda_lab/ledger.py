@@ -63,7 +63,9 @@ def _after(schema: tuple[str, ...], anchor: str, added: tuple[str, ...]) -> tupl
 _V2 = _after(_V1, "sglang", ("overlay",))
 # v3: + the public peers (kda_lab.families.peers): every peer's verdict/time as JSON, and the best one
 _V3 = _after(_V2, "overlay", ("peers", "best_peer", "best_peer_us", "speedup_vs_best_peer"))
-BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# v4: + gpu_uuid (which GPU of the host measured, `--gpu`; kda_lab.measure.env.capture; older rows have none)
+_V4 = _after(_V3, "gpu_cc", ("gpu_uuid",))
+BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 BENCHMARK_COLUMNS: tuple[str, ...] = BENCHMARK_SCHEMAS[-1]
 BENCHMARK_MODES = ("bench", "aa", "baseline-only")
 ROW_KINDS = ("production", "test")

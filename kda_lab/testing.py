@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -70,33 +69,44 @@ class HandedOver:
         return self.result
 
 
-def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
-    if os.environ.get("TRITON_INTERPRET") == "1":  # CPU hosts (conftest.py); GPU runs keep SGLang as it is
-        from kda_lab.interpret import install_shims
+def task_of(test_file: str) -> Any:
+    """The task whose ``tests/`` folder holds ``test_file``."""
+    return load_task(Path(test_file).resolve().parents[1])
 
-        install_shims()
-    task = load_task(Path(test_file).resolve().parents[1])
-    tiny = [w.name for w in task.workloads if "tiny" in w.tags]
-    by_name = {w.name: w for w in task.workloads}
 
-    def test_task_folder_is_valid() -> None:
-        problems = validate_task_dir(task.path)
+class TaskTests:
+    """The shared checks of one task, parametrized over its task.toml by :mod:`kda_lab.pytest_plugin`. A task's
+    ``tests/test_correctness.py`` is ``class TestTask(TaskTests): pass``; the task is the folder the file is in.
+
+    - ``test_task_folder_is_valid``: ``kda validate``'s checks of the folder;
+    - ``test_candidate_and_sglang_in_interpreter`` (CPU, rows tagged ``tiny``, fp32/fp16): the candidate and
+      SGLang's kernel in Triton's interpreter against the oracle, as ``kda check --interpret`` does;
+    - ``test_candidate_on_gpu`` (marker ``gpu``, every row): the candidate and the baseline on the GPU.
+    """
+
+    @classmethod
+    def task(cls) -> Any:
+        import inspect
+
+        return task_of(inspect.getfile(cls))
+
+    def test_task_folder_is_valid(self) -> None:
+        problems = validate_task_dir(self.task().path)
         assert not problems, "\n".join(problems)
 
-    @pytest.mark.parametrize("dtype", ["float32", "float16"])
-    @pytest.mark.parametrize("row", tiny)
-    def test_candidate_and_sglang_in_interpreter(row: str, dtype: str) -> None:
+    def test_candidate_and_sglang_in_interpreter(self, row: str, dtype: str) -> None:
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("interpreter tests run on a CPU host (TRITON_INTERPRET=1, set by conftest.py without a GPU)")
         from kda_lab.interpret import cuda_sources, interpretable, sglang_fallbacks_interpretable
         from kda_lab.measure.correctness import check_row
         from kda_lab.measure.run import candidate_identity
 
+        task = self.task()
         cand = candidate_identity(task, register=False)
         cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
         if cuda:
             pytest.skip(f"a CUDA candidate cannot run on CPU (src/{cuda[0]}): checked by the gpu tests")
-        w = by_name[row]
+        w = next(w for w in task.workloads if w.name == row)
         module, _, fn = task.functions[w.fn].sglang.partition(":")
         with sglang_fallbacks_interpretable(task, [w.fn]):
             results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
@@ -108,30 +118,22 @@ def task_tests(test_file: str) -> dict[str, Callable[..., Any]]:
         assert all(r.ok for r in checked), "\n".join(r.describe() for r in checked)
 
     @pytest.mark.gpu
-    @pytest.mark.parametrize("row", [w.name for w in task.workloads])
-    def test_candidate_on_gpu(row: str) -> None:
+    def test_candidate_on_gpu(self, row: str) -> None:
         import torch
 
         from kda_lab.measure.correctness import check_row
         from kda_lab.measure.run import candidate_identity, cuda_device, resolve_entry
 
+        task = self.task()
         if not torch.cuda.is_available():
             pytest.skip(f"needs a CUDA GPU ({task.arch}); on CPU the candidate is checked in the interpreter")
         device = cuda_device(task)
-        w = by_name[row]
+        w = next(w for w in task.workloads if w.name == row)
         cand = candidate_identity(task, register=False)
         impls = {"baseline": resolve_entry(task.functions[w.fn].entry), "candidate": cand.exports[w.fn]}
         results = check_row(task, w, contract(task.family, w.fn), impls, seed=7, device=device,
                             installed=cand.exports)
         assert all(r.ok for r in results if r.impl == "candidate"), "\n".join(r.describe() for r in results)
-
-    tests = {
-        "test_task_folder_is_valid": test_task_folder_is_valid,
-        "test_candidate_on_gpu": test_candidate_on_gpu,
-    }
-    if tiny:
-        tests["test_candidate_and_sglang_in_interpreter"] = test_candidate_and_sglang_in_interpreter
-    return tests
 
 
 def assert_binding_compiles(binding: Path, include_dir: Path, tmp_path: Path) -> None:

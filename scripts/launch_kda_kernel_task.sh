@@ -158,6 +158,17 @@ fi
 
 g() { git -C "$repo_root" "$@"; }
 
+# The paths a "git add" hint names: the task folder, plus every uncommitted file where `kda new-task` and
+# `kda new-family` write (the family module and its registration, the overlay family, contracts, tests, the
+# launcher): a worktree made without them has a task whose family does not import.
+lab_paths_to_add() {
+  local paths=("kernels/$slug") line
+  while IFS= read -r line; do
+    [[ -n $line ]] && paths+=("${line:3}")
+  done < <(g status --porcelain --untracked-files=all -- kda_lab kda_kernels tests scripts/launch_kernels 2>/dev/null)
+  printf '%s' "${paths[*]}"
+}
+
 # The main checkout (not a linked worktree) anchors the default worktree folder.
 main_root=$repo_root
 if common_dir=$(cd "$repo_root" && cd -P -- "$(git rev-parse --git-common-dir)" 2>/dev/null && pwd); then
@@ -231,7 +242,7 @@ if ! g cat-file -e "$base_commit:kernels/$slug/task.toml" 2>/dev/null; then
       "fix: check the spelling, or create the task folder (task.toml, prompt.md, ...) and commit it"
   fi
   die "the base '$base_ref' ($base_short) does not contain kernels/$slug; the worktree would not have the task" \
-    "fix: commit the task folder on the base first: git add kernels/$slug && git commit -m 'Add task $slug'" \
+    "fix: commit the task folder (and a new family's files) on the base first: git add $(lab_paths_to_add) && git commit -m 'Add task $slug'" \
     "or set KDA_BASE_BRANCH to a branch that has it"
 fi
 if ! g cat-file -e "$base_commit:kernels/$slug/prompt.md" 2>/dev/null; then
@@ -345,7 +356,7 @@ if [[ $no_claude -eq 0 ]]; then
   if [[ -z $(find_humanize) ]]; then
     printf '%s: the Humanize plugin is not installed (no humanize folder under %s); nothing was created.\n' \
       "$prog" "${HUMANIZE_DIR:-$HOME/.claude}" >&2
-    printf '  fix: in Claude Code: /plugin marketplace add PolyArch/humanize, then /plugin install humanize\n' >&2
+    printf '  fix: in Claude Code: /plugin marketplace add git@github.com:PolyArch/humanize.git, then /plugin install humanize@PolyArch\n' >&2
     printf '  (or set HUMANIZE_DIR to where it is); or KDA_NO_CLAUDE=1 to prepare the worktree without it\n' >&2
     exit 127
   fi
@@ -437,7 +448,7 @@ if [[ ${KDA_NO_VENV:-0} != 1 && -d $worktree/kda_lab && -f $worktree/pyproject.t
   chmod +x "$worktree/.venv/bin/pytest"
   if ! validate_out=$(cd "$worktree" && .venv/bin/kda validate "$slug" 2>&1); then
     die "kda validate $slug fails in the new worktree:" "$validate_out" \
-      "fix: make the task valid on the base ($base_ref) and commit it"
+      "fix: make the task valid on the base ($base_ref) and commit it (with a new family's files: git add $(lab_paths_to_add))"
   fi
   venv_note="lab env      .venv (kda validate $slug: ok; dependencies from $deps_site)"
 fi

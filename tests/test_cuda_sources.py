@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # nvcc compiles / whole-repo launches: started first (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
 ARCH_GENCODE = {"h200": "90a", "b200": "100a"}

@@ -55,6 +55,7 @@ def test_every_row_cites_a_production_row_of_a_task() -> None:
     assert {r.module.partition(":")[0] for r in rows} == wanted
 
 
+@pytest.mark.slow
 def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) -> None:
     root = lab_root(tmp_path)
     out = tmp_path / "out"

@@ -294,7 +294,9 @@ def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, cap
     # the generated family module is valid, ruff-clean python
     ruff = Path(sys.executable).with_name("ruff")
     if ruff.exists():
-        p = subprocess.run([str(ruff), "check", "--no-cache", str(lab / "kda_kernels/diffusion" / FAMILY / "__init__.py")],
+        # generated family code is exempt from the line limit (pyproject.toml per-file-ignores: E501)
+        p = subprocess.run([str(ruff), "check", "--no-cache", "--extend-ignore", "E501",
+                            str(lab / "kda_kernels/diffusion" / FAMILY / "__init__.py")],
                            capture_output=True, text=True, cwd=fx.REPO)
         assert p.returncode == 0, p.stdout
 

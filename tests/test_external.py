@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "external" / "manifest.toml"
 SCRIPT = REPO / "scripts" / "fetch_external.sh"
 LICENSES = {"Apache-2.0", "MIT", "BSD-2-Clause", "BSD-3-Clause"}
-# The seven diffusion families (DESIGN.md); FAMILIES also holds the single-shape reference tasks.
+# The seven diffusion families (kda_kernels/registry.py); FAMILIES also holds the single-shape reference tasks.
 SEVEN = ("qknorm_rope", "norm_infer", "group_norm_silu", "rotary_embedding", "fuse_scale_shift",
          "norm_tanh_mul_add", "norm_scale_shift")
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",

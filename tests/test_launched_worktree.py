@@ -21,6 +21,8 @@ import pytest
 
 from kda_lab.cli import build_parser
 
+pytestmark = pytest.mark.slow  # launches real worktrees: started first (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 FSS = "h200_diffusion_fuse_scale_shift__multi_shape"
 DRAFT = ".humanize/kernel-agent/draft.md"

@@ -934,6 +934,7 @@ def _wait_for(tmux: list[str], pattern: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"timed out waiting for {pattern!r}; screen:\n{screen}")
 
 
+@pytest.mark.slow
 def test_launch_in_tmux_like_a_new_user(lab: Lab) -> None:
     if shutil.which("tmux") is None:
         if os.environ.get("KDA_ALLOW_NO_TMUX") == "1":

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "kda_lab"
-STAGES = ("task", "measure", "report", "launch", "interpret", "profile", "families", "e2e")
+STAGES = ("task", "measure", "report", "launch", "interpret", "profile", "families", "e2e", "export")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -96,11 +96,58 @@ def test_the_circle_finder_sees_a_deferred_circle(tmp_path: Path) -> None:
     assert circles(import_graph(pkg)) == [["kda_lab.report.markdown", "kda_lab.report.plots"]]
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto kda_lab's subpackages and top-level modules (``kda_lab.measure.env`` ->
+    ``kda_lab.measure``): a circle here is two stages importing each other, whatever modules carry it."""
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for mod, targets in graph.items():
+        out.setdefault(top(mod), set()).update(top(t) for t in targets if top(t) != top(mod))
+    for targets in list(out.values()):
+        for t in targets:
+            out.setdefault(t, set())
+    return out
+
+
+# measure/box_ledgers.py -> e2e/ledger.py and e2e/command.py -> measure/env.py: the ledger code in three places
+# (issue 38, item 4) ties the two stages; the move that removes it is under way elsewhere.
+KNOWN_PACKAGE_CIRCLE = ["kda_lab.e2e", "kda_lab.measure"]
+
+
+def test_no_package_circle_but_the_known_one() -> None:
+    found = circles(package_graph(import_graph(PACKAGE)))
+    assert [c for c in found if c != KNOWN_PACKAGE_CIRCLE] == []
+
+
+@pytest.mark.xfail(strict=True, reason="measure <-> e2e: measure/box_ledgers.py imports e2e/ledger.py while "
+                                       "e2e/command.py imports measure/ (issue 38 item 4 moves the ledger code)")
+def test_kda_lab_has_no_package_circle() -> None:
+    assert circles(package_graph(import_graph(PACKAGE))) == []
+
+
+def test_the_package_circle_finder_sees_two_stages_importing_each_other(tmp_path: Path) -> None:
+    """The check itself: no module-level circle, but measure -> e2e and e2e -> measure through other modules."""
+    pkg = tmp_path / "kda_lab"
+    for sub in ("measure", "e2e"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "measure" / "box.py").write_text("from kda_lab.e2e import ledger\n")
+    (pkg / "e2e" / "ledger.py").write_text("X = 1\n")
+    (pkg / "e2e" / "command.py").write_text("def f():\n    from kda_lab.measure import env\n")
+    (pkg / "measure" / "env.py").write_text("Y = 2\n")
+    graph = import_graph(pkg)
+    assert circles(graph) == []
+    assert circles(package_graph(graph)) == [["kda_lab.e2e", "kda_lab.measure"]]
+
+
 def test_stages_import_downward_only() -> None:
     """Leaves and the task layer never reach up into measuring, reporting, the interpreter or profiling."""
     graph = import_graph(PACKAGE)
     upper = ("kda_lab.measure", "kda_lab.report", "kda_lab.interpret", "kda_lab.profile", "kda_lab.cli",
-             "kda_lab.testing", "kda_lab.e2e")
+             "kda_lab.testing", "kda_lab.e2e", "kda_lab.export")
     lower = [m for m in graph if m.startswith(("kda_lab.task", "kda_lab.families", "kda_lab.launch"))
              or m in ("kda_lab.ledger", "kda_lab.evidence", "kda_lab.stats", "kda_lab.paths", "kda_lab.sglang_source")]
     reaching_up = {m: sorted(t for t in graph[m] if t.startswith(upper)) for m in lower}
@@ -121,7 +168,7 @@ def test_no_flat_module_sprawl() -> None:
     """Only faces, entry points and leaves stay at the top of kda_lab; everything else lives in its stage."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert top == ["__init__", "__main__", "baselines", "cli", "doctor", "evidence", "ledger", "ledger_io", "paths",
-                   "sglang_source", "stats", "testing"]
+                   "pytest_plugin", "sglang_source", "stats", "testing"]
 
 
 def test_task_layer_imports_no_torch() -> None:

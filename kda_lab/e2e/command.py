@@ -14,6 +14,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kda_lab.measure.gpu_select import add_arguments as add_gpu_arguments
+from kda_lab.measure.gpu_select import select_gpu
+
 DEFAULT_BLOCKS = 2  # DiT depth per stack on the GPU by default (sized for one < 9 min run of every row)
 
 
@@ -203,6 +206,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             print(f"{r.name:<26} {r.model:<18} {r.module:<52} {r.cites}")
         return 0
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.gpu is not None:  # --gpu INDEX|UUID: that GPU, refused when busy (kda_lab.measure.gpu_select)
+        device = str(select_gpu(args.gpu, args.allow_busy))
     tiny = args.tiny or device == "cpu"
     blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
     try:
@@ -258,6 +263,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--blocks", type=int, help=f"DiT stack depth (default {DEFAULT_BLOCKS})")
     p.add_argument("--full", action="store_true", help="DiTs at their full depth (whole transformer)")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    add_gpu_arguments(p)  # --gpu INDEX|UUID, --allow-busy
     p.add_argument("--attention-backend", help="SGLang attention backend (default: torch_sdpa on CPU, SGLang's "
                    "own choice on a GPU; e.g. torch_sdpa when the GPU's flash-attention package is missing)")
     p.add_argument("--seed", type=int, help="input/order seed (default random, recorded)")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the family tables stay importable without torch (the launch
     from kda_lab.families.base import FunctionContract
 
 # The seven SGLang diffusion families and their SGLang 0.5.23 functions come from the overlay's registry of swap
-# targets (one source of truth; DESIGN.md "Families" order, which launcher numbering follows).
+# targets (one source of truth; the registry's order, which launcher numbering follows for the first seven).
 DIFFUSION_FAMILIES: tuple[str, ...] = tuple(_SWAP_FAMILIES)
 # The single-shape reference tasks (not diffusion kernels, no facade entry); the function names are the lab's
 # and their baselines live in kda_lab/baselines.py.

@@ -165,6 +165,9 @@ BYTE_MODELS = {
     "replicate_pad3d_channels_last": (("x",), ("out_like",)),
 }
 
+# A pad is a copy: SGLang's output is the contract bit for bit (the stamper writes exact = true, zero tolerances).
+EXACT = True
+
 BASELINE_CALLS = {
     "replicate_pad3d": hunyuan_causal_pad,
     "replicate_pad3d_channels_last": hunyuan_causal_pad_channels_last,

@@ -26,7 +26,6 @@ import re
 import tempfile
 from pathlib import Path
 
-from kda_lab.families import DIFFUSION_FAMILIES
 from kda_lab.paths import PACKAGE_ROOT
 
 __all__ = [
@@ -47,8 +46,10 @@ LAUNCH_DIR = Path("scripts/launch_kernels")
 
 ORDER_FILE = "order.txt"
 
-FAMILY_ORDER: tuple[str, ...] = DIFFUSION_FAMILIES
-"""Diffusion families in launcher order: the lab's family order (DESIGN.md, "Families")."""
+FAMILY_ORDER: tuple[str, ...] = ("qknorm_rope", "norm_infer", "group_norm_silu", "rotary_embedding",
+                                  "fuse_scale_shift", "norm_tanh_mul_add", "norm_scale_shift")
+"""The seven planned diffusion families in launcher order (the registry's first seven). Families added later
+(`kda new-family`) get no planned slot: their tasks append to order.txt like any new task."""
 
 CANONICAL_ORDER: tuple[str, ...] = (
     "b200_int8_scaled_mm__m64_n2048_k2048_bias",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kda_lab.evidence import evidence_arch
+from kda_lab.measure.gpu_select import gpu_uuid
 
 
 def _version(dist: str) -> str:
@@ -81,7 +82,8 @@ def capture(root: Path, device: Any = None) -> dict[str, str]:
         cc = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
         # the arch these rows count for comes from the GPU's name (an H100 is (9, 0) too, and not an H200)
-        env.update(gpu_name=name, gpu_cc=f"{cc[0]}.{cc[1]}", driver=driver_version(), arch=evidence_arch(name, cc))
+        env.update(gpu_name=name, gpu_cc=f"{cc[0]}.{cc[1]}", driver=driver_version(), arch=evidence_arch(name, cc),
+                   gpu_uuid=gpu_uuid(device))  # which GPU of the host (kda --gpu; rows before it have none)
     else:
-        env.update(gpu_name="cpu", gpu_cc="", driver="", arch="cpu")
+        env.update(gpu_name="cpu", gpu_cc="", driver="", arch="cpu", gpu_uuid="")
     return env

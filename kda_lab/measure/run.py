@@ -410,7 +410,8 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
         row = bench_row(task, w, cand, mode, trials, seed, compile_peer, device, public_peers)
         row.update(run_id=run_id, task=task.slug, arch=env["arch"], mode=mode,
                    candidate_id="baseline" if mode != "bench" else cand.id, source_hash=cand.source_hash,
-                   **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"], supersedes=supersedes or "")
+                   **{k: env[k] for k in ledger.ENV_COLUMNS}, git_dirty=env["git_dirty"], supersedes=supersedes or "",
+                   gpu_uuid=env.get("gpu_uuid", ""))
         out.append(row)
     summary = ledger.summarize_run(out)
     show(format_table(out, mode))

@@ -23,6 +23,7 @@ from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.launch.launchers import write_launcher
 from kda_lab.paths import kernels_dir, repo_root
 from kda_lab.sglang_source import parameters
+from kda_lab.task.family_checks import family_source
 from kda_lab.task.schema import TaskError
 from kda_lab.task.validate import TODO
 
@@ -85,8 +86,81 @@ def sglang_parameters(fn: str) -> list[str]:
         raise StampError(str(e)) from e
 
 
+TOLERANCES = """# |out - oracle| <= atol + rtol*|oracle| elementwise against the fp64 oracle; say why each value is what it is.
+[tolerances]
+bfloat16 = { atol = 6.25e-2, rtol = 1.6e-2 }
+float16 = { atol = 8e-3, rtol = 2e-3 }
+float32 = { atol = 1e-4, rtol = 1e-4 }"""
+EXACT_TOLERANCES = """# Every function is exact (the family's EXACT): the candidate must equal SGLang bit for bit, so the tolerances
+# against the fp64 oracle are zero where the output is a copy of its inputs; a function whose output is SGLang's
+# rounding of the exact value needs the tolerance of that rounding (say why).
+[tolerances]
+bfloat16 = { atol = 0.0, rtol = 0.0 }
+float16 = { atol = 0.0, rtol = 0.0 }
+float32 = { atol = 0.0, rtol = 0.0 }"""
+NORM_RULE = "No `--use_fast_math`; fp32 accumulation; centered (two-pass) or merged variance, never `E[x²]−μ²`."
+EXACT_RULE = ("No `--use_fast_math`; the output is bit-identical to SGLang's (task.toml `exact = true`): the same "
+              "operations,\n  in the same order and precision, as SGLang's code.")
+PLAIN_RULE = "No `--use_fast_math`; fp32 accumulation (or exact integer/copy arithmetic where that is the op)."
+
+
+def family_tolerances(family: str, arch: str) -> str | None:
+    """The [tolerances] table of an existing task of the family (the same arch first), as that task derived
+    it, with a line citing it; None when the family has no task yet."""
+    tasks = sorted(kernels_dir().glob("*/task.toml"), key=lambda p: not p.parent.name.startswith(arch))
+    for toml in tasks:
+        text = toml.read_text()
+        if not re.search(rf'^family = "{re.escape(family)}"$', text, flags=re.M):
+            continue
+        m = re.search(r"^\[tolerances\]\n(?:(?!\[).*\n)*", text, flags=re.M)
+        if m:
+            table = m.group(0).rstrip() + "\n"
+            return (f"# As kernels/{toml.parent.name}/task.toml derives them (the same family);\n"
+                    f"# say why, if this task's differ.\n{table}")
+    return None
+
+
+def family_exact(family: str) -> bool:
+    """Whether the family declares SGLang's roundings its contract (its module's ``EXACT``)."""
+    try:
+        return bool(getattr(import_module(f"kda_lab.families.{family}"), "EXACT", False))
+    except ModuleNotFoundError:
+        return False
+
+
+def family_normalizes(family: str) -> bool:
+    """Whether the family's oracle computes a variance (a norm family: its module's source says so)."""
+    source = family_source(family)
+    return source is not None and re.search(r"variance|\.var\(", source.read_text()) is not None
+
+
+def numerics_rule(family: str) -> str:
+    """The prompt's numerics rule: bit-exactness for an exact family, the variance rule for a family whose oracle
+    normalizes, plain fp32 accumulation otherwise."""
+    if family_exact(family):
+        return EXACT_RULE
+    return NORM_RULE if family_normalizes(family) else PLAIN_RULE
+
+
+def baseline_line(fns: tuple[str, ...]) -> str:
+    """The prompt's baseline sentence: through the facade, or the family's declared code for the others."""
+    declared = {fn: off_facade_baseline(fn) for fn in fns}
+    if not any(declared.values()):
+        return ("SGLang 0.5.23 through the facade `sglang.kernels.ops.diffusion.<function>`, called exactly as\n"
+                "  the candidate is called.")
+    listed = ", ".join(f"`{fn}`: `{declared[fn] or f'sglang.kernels.ops.diffusion:{fn}'}`" for fn in fns)
+    return (f"SGLang 0.5.23's code as task.toml's `entry` names it ({listed}), called exactly as the\n"
+            "  candidate is called.")
+
+
+def heading(gpu: str, title: str) -> str:
+    """The prompt's first line: the GPU once, whether or not the title names it."""
+    return title if gpu.lower() in title.lower() else f"{gpu} {title}"
+
+
 def _functions_toml(family: str) -> str:
     out = []
+    exact = family_exact(family)
     try:
         fam = import_module(f"kda_lab.families.{family}")
         byte_models = getattr(fam, "BYTE_MODELS", {})
@@ -100,6 +174,8 @@ def _functions_toml(family: str) -> str:
         out.append(f'entry = "{off_facade_baseline(fn) or f"sglang.kernels.ops.diffusion:{fn}"}"')
         out.append(f"reads = {json.dumps(list(reads))}" if reads else f'reads = []  # {TODO}: inputs read')
         out.append(f"writes = {json.dumps(list(writes))}" if writes else f'writes = []  # {TODO}: outputs, by shape')
+        if exact:
+            out.append("exact = true")
         out.append("")
     return "\n".join(out)
 
@@ -117,12 +193,21 @@ def _export_line(fn: str) -> str:
 def _spec_toml(value: dict[str, Any]) -> str:
     dtype = str(value["dtype"]).removeprefix("torch.")
     parts = [f"shape = {list(value['shape'])}", f'dtype = "{dtype}"']
-    if not value.get("contiguous", True):
-        parts.append(f"strides = {list(value['strides'])}")
+    strides = value.get("strides")
+    if strides is not None and list(strides) != contiguous_strides(list(value["shape"])):
+        parts.append(f"strides = {list(strides)}")  # a captured view keeps its layout
     if dtype in ("int32", "int64"):
         parts += ['dist = "randint"', "low = 0", "high = 2"]
         return "{ " + ", ".join(parts) + " }  # " + TODO + ": the valid index range"
     return "{ " + ", ".join(parts) + " }"
+
+
+def contiguous_strides(shape: list[int]) -> list[int]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(int(n), 1)
+    return out[::-1]
 
 
 def _value_toml(value: Any) -> str:
@@ -139,9 +224,22 @@ def _value_toml(value: Any) -> str:
     return f'"{value}"  # {TODO}: not a tensor spec; convert'
 
 
-def rows_from_captures(path: Path, family: str) -> list[str]:
+def capture_source(path: Path, task_dir: Path | None = None) -> str:
+    """How a row names its capture file: relative to the task folder (``dev/<file>``) when it lies inside it, else
+    relative to the repository, else its name."""
+    path = path.resolve()
+    for base in ((task_dir,) if task_dir else ()) + (repo_root(),):
+        try:
+            return path.relative_to(base.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.name
+
+
+def rows_from_captures(path: Path, family: str, task_dir: Path | None = None) -> list[str]:
     """task.toml [[workloads]] blocks for every captured call of this family's functions."""
     blocks = []
+    where = capture_source(path, task_dir)
     names: set[str] = set()
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         cap = json.loads(line)
@@ -162,7 +260,7 @@ def rows_from_captures(path: Path, family: str) -> list[str]:
         blocks.append("\n".join([
             "[[workloads]]", f'name = "{row}"', f'fn = "{fn}"', 'kind = "production"',
             f'model = "{cap["model"]}"  # {TODO}: the model\'s display name', f'preset = "{cap["model"]}"',
-            f'source = "captured:{path.name}:{lineno}"', "[workloads.args]",
+            f'source = "captured:{where}:{lineno}"', "[workloads.args]",
             *(f"{k} = {_value_toml(v)}" for k, v in args.items()), "",
         ]))
     return blocks
@@ -188,7 +286,7 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     dest = kernels_dir() / slug
     if dest.exists() and not force:
         raise StampError(f"{dest} exists (use --force to overwrite the scaffolds; ledgers are never touched)")
-    blocks = rows_from_captures(captures, family) if captures else [f"# {TODO}: production rows (captures or derived)"]
+    blocks = rows_from_captures(captures, family, dest) if captures else [f"# {TODO}: production rows (captures or derived)"]
     production_table = _production_table(blocks)
     try:
         test_rows = getattr(import_module(f"kda_lab.families.{family}"), "TEST_ROWS", "")
@@ -199,6 +297,10 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     fns = FAMILY_FUNCTIONS[family]
     values = {
         "slug": slug, "arch": arch, "family": family, "title": title or f"{family} kernels",
+        "heading": heading(facts["gpu"], title or f"{family} kernels"),
+        "baseline_line": baseline_line(FAMILY_FUNCTIONS[family]),
+        "numerics_rule": numerics_rule(family),
+        "tolerances": family_tolerances(family, arch) or (EXACT_TOLERANCES if family_exact(family) else TOLERANCES),
         "functions": _functions_toml(family), "workloads": "\n".join(blocks),
         "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | "
                                     f"`{off_facade_baseline(fn) or f'sglang.kernels.ops.diffusion.{fn}'}` |"
@@ -236,8 +338,8 @@ def cmd_new_task(args: argparse.Namespace) -> int:
         raise StampError(f"no capture file {captures}")
     dest = new_task(args.slug, args.family, args.title or "", captures, args.force)
     print(f"stamped {dest}")
-    print("next: edit prompt.md / task.toml (resolve every TODO(stamp)), write kda_lab/families/"
-          f"{args.family}.py if missing, then `kda validate {args.slug}`")
+    print(f"next: edit prompt.md / task.toml (resolve every {TODO}), then `kda validate {args.slug}`; commit the "
+          "folder and its launcher (a new family: `kda new-family` first, docs/workflow.md \"Adding to the lab\")")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kda_lab import ledger
+from kda_lab.task.family_checks import family_problems
 from kda_lab.task.schema import REQUIRED_FILES, TaskError, load_candidate, load_task
 from kda_lab.task.workloads import TensorSpec
 
@@ -50,6 +51,7 @@ def _validate(path: Path) -> list[str]:
         if isinstance(spec, TensorSpec) and spec.dist == "const" and spec.mean == 0:
             problems.append(f"{path.name}: row {spec_name}: all-zero inputs are not allowed")
     problems += todo_markers(path)
+    problems += family_problems(task)  # the family module and the stamped text vs task.toml
     prompt = (path / "prompt.md").read_text() if (path / "prompt.md").exists() else ""
     other = {"h200": ("B200", "b200", "sm_100"), "b200": ("H200", "h200", "sm_90")}[task.arch]
     leaked = [w for w in other if w in prompt]
