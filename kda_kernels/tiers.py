@@ -1,10 +1,12 @@
 """Request quality tiers: which KDA kernels may serve the SGLang request running now.
 
 SGLang 0.5.23 requests carry ``quality`` (``configs/sample/sampling_params.py``: ``exact`` < ``lossless`` <
-``high``, default ``lossless``). ``exact`` promises the reference path bit for bit; ``lossless`` allows fast paths
+``high``, default ``lossless``). ``exact`` promises the reference path bit for bit; ``lossless`` allows fast
+paths
 that keep the reference math and every operand's and accumulator's precision but move roundings; ``high`` may
 lower precision. Each swap target and fast path carries the lowest tier that may run it
-(``kda_kernels.registry``: ``exact`` where its task's contract checks it bit for bit against SGLang on every row,
+(``kda_kernels.registry``: ``exact`` where its task's contract checks it bit for bit against SGLang on every
+row,
 else ``lossless``: fp32 statistics and accumulation, SGLang's operand dtypes, roundings moved).
 
 The tier of the running request reaches the overlay only through SGLang's own mechanisms, hooked here when
@@ -18,7 +20,8 @@ their modules are imported (never inside ``import sglang``):
 - **VAE decodes**: every decode runs inside ``models/vaes/fast_path_gate.py: use_vae_fast_path(vae,
   quality_allows(quality, "lossless"))``. The gate table it reads is replaced by one whose gates also push the
   decode's answer for the duration of the ``with`` block (SGLang's own gates are kept and still set).
-- **Direct callers** (user code and the lab calling modules outside a pipeline): ``with quality("lossless"):``.
+- **Direct callers** (user code and the lab calling modules outside a pipeline): ``with
+quality("lossless"):``.
 
 Nothing here imports torch or SGLang at import time.
 """
@@ -36,7 +39,8 @@ DENOISING = "sglang.multimodal_gen.runtime.pipelines_core.stages.denoising"
 VAE_GATE = "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate"
 
 _lock = threading.RLock()
-# Quality levels in force, innermost last: the DiT scope (the mounted tier), each open VAE decode, each quality()
+# Quality levels in force, innermost last: the DiT scope (the mounted tier), each open VAE decode, each
+# quality()
 # block. The first entry is the DiT scope; it starts at "exact" as SGLang's fusion sites start unmounted.
 _stack: list[str] = ["exact"]
 _counts: dict[str, int] = {"mount": 0, "unmount": 0, "decode": 0}
@@ -67,7 +71,8 @@ def allows_lossless() -> bool:
 
 @contextmanager
 def quality(level: str) -> Iterator[str]:
-    """Run the block at ``level``: for code that calls SGLang modules outside a pipeline (inside one, the stages
+    """Run the block at ``level``: for code that calls SGLang modules outside a pipeline (inside one, the
+    stages
     set the tier from the request)."""
     level = normalize(level)
     with _lock:
@@ -86,15 +91,22 @@ def _set_dit(level: str) -> None:
 
 def state() -> dict[str, Any]:
     """For status(): the level now, the DiT scope's, the hooks in place and how often SGLang drove them."""
-    return {"current": _stack[-1], "dit": _stack[0], "open_scopes": len(_stack) - 1,
-            "hooks": {name: name in _HOOKED for name in (DENOISING, VAE_GATE)}, "calls": dict(_counts)}
+    return {
+        "current": _stack[-1],
+        "dit": _stack[0],
+        "open_scopes": len(_stack) - 1,
+        "hooks": {name: name in _HOOKED for name in (DENOISING, VAE_GATE)},
+        "calls": dict(_counts),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ DiT scope
 
+
 class _KdaFusion:
     """An entry of SGLang's ``_QUALITY_FUSION_HANDLERS``: the lossless-tier KDA kernels of a transformer.
-    ``toggle_quality_fusions`` calls ``mount`` when the request's tier allows ``lossless``, else ``unmount``."""
+    ``toggle_quality_fusions`` calls ``mount`` when the request's tier allows ``lossless``, else ``unmount``.
+    """
 
     name = "kda_kernels"
     marker_attr = "_kda_kernels_site"
@@ -127,12 +139,16 @@ def _hook_denoising(mod: Any) -> Callable[[], None]:
         d["_QUALITY_FUSION_HANDLERS"] = (*handlers, _ENTRY)
 
     def undo() -> None:
-        d["_QUALITY_FUSION_HANDLERS"] = tuple(e for e in d["_QUALITY_FUSION_HANDLERS"] if e[1] is not KDA_FUSION)
+        d["_QUALITY_FUSION_HANDLERS"] = tuple(
+            e for e in d["_QUALITY_FUSION_HANDLERS"] if e[1] is not KDA_FUSION
+        )
         _set_dit("exact")
+
     return undo
 
 
 # ------------------------------------------------------------------------------------------------ VAE scope
+
 
 class _ScopedGate:
     """What ``use_vae_fast_path`` gets for one decode: SGLang's gate for the VAE (or none), whose two writes,
@@ -164,7 +180,8 @@ class _ScopedGate:
 
 def _gate_table(base: type) -> type:
     class KdaGateTable(base):  # type: ignore[misc, valid-type]
-        """SGLang's ``_VAE_FAST_PATH_GATES`` (a WeakKeyDictionary of its gates) whose lookups scope the tier."""
+        """SGLang's ``_VAE_FAST_PATH_GATES`` (a WeakKeyDictionary of its gates) whose lookups scope the tier.
+        """
 
         def get(self, key: Any, default: Any = None) -> Any:
             return _ScopedGate(super().get(key, default))
@@ -186,12 +203,16 @@ def _hook_vae_gate(mod: Any) -> Callable[[], None]:
             back = type(original)()
             back.update(table)
             d["_VAE_FAST_PATH_GATES"] = back
+
     return undo
 
 
 # ------------------------------------------------------------------------------------------------ hooks
 
-_HOOKS: dict[str, Callable[[Any], Callable[[], None]]] = {DENOISING: _hook_denoising, VAE_GATE: _hook_vae_gate}
+_HOOKS: dict[str, Callable[[Any], Callable[[], None]]] = {
+    DENOISING: _hook_denoising,
+    VAE_GATE: _hook_vae_gate,
+}
 _HOOKED: dict[str, Callable[[], None]] = {}  # module name -> undo
 _PENDING: set[str] = set()
 PROBLEMS: list[str] = []

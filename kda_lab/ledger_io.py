@@ -1,6 +1,7 @@
 """The machinery every append-only ledger shares: UTF-8 reads, locked appends, the hash chain, chained CSV,
 and the append-only rules against git. One place: the task ledgers (:mod:`kda_lab.ledger`), the e2e ledger
-(:mod:`kda_lab.e2e.ledger`, which keeps its own columns) and the GPU box merge (:mod:`kda_lab.measure.box_ledgers`)
+(:mod:`kda_lab.e2e.ledger`, which keeps its own columns) and the GPU box merge
+(:mod:`kda_lab.measure.box_ledgers`)
 all write through here.
 
 Appends take an exclusive ``fcntl`` lock on the ledger file and read the file again under it, so the new rows
@@ -29,18 +30,23 @@ class LedgerError(ValueError):
 
 
 def read_text(path: Path) -> str:
-    """A ledger's text; a file that is not UTF-8 is a LedgerError naming the first bad byte (never a traceback)."""
+    """A ledger's text; a file that is not UTF-8 is a LedgerError naming the first bad byte (never a
+    traceback).
+    """
     data = Path(path).read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise LedgerError(f"{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}); ledgers are "
-                          "UTF-8 text: restore the file from git (`git checkout -- <file>`) and append again") from None
+        line = data[: e.start].count(b"\n") + 1
+        raise LedgerError(
+            f"{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}); ledgers are "
+            "UTF-8 text: restore the file from git (`git checkout -- <file>`) and append again"
+        ) from None
 
 
 def append_locked(path: Path, build: Callable[[str], str]) -> str:
-    """Append ``build(current text)`` to ``path`` under an exclusive lock, the text read again under the lock (a
+    """Append ``build(current text)`` to ``path`` under an exclusive lock, the text read again under the lock
+    (a
     new file is created). Returns what was appended."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,8 +92,14 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def chained_csv(columns: tuple[str, ...], rows: list[dict[str, Any]], prev: str, header: bool, name: str,
-                check: Callable[[dict[str, Any]], None] | None = None) -> str:
+def chained_csv(
+    columns: tuple[str, ...],
+    rows: list[dict[str, Any]],
+    prev: str,
+    header: bool,
+    name: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> str:
     """CSV text of ``rows`` (unknown keys rejected, missing keys empty, ``ts`` filled) whose ``chain`` column
     extends the hash chain from ``prev``; with the header line first when ``header``. Every append-only CSV
     ledger (task benchmark.csv, e2e/benchmark.csv) writes through this."""
@@ -111,13 +123,21 @@ def chained_csv(columns: tuple[str, ...], rows: list[dict[str, Any]], prev: str,
 
 # ---------------------------------------------------------------- one-schema CSV ledgers (e2e/benchmark.csv)
 
+
 def csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text))) if text else []
 
 
-def append_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]], name: str,
-               check: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Append ``rows`` to a one-schema CSV ledger under the lock, chained from its last row (header if new)."""
+def append_csv(
+    path: Path,
+    columns: tuple[str, ...],
+    rows: list[dict[str, Any]],
+    name: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Append ``rows`` to a one-schema CSV ledger under the lock, chained from its last row (header if new).
+    """
+
     def build(text: str) -> str:
         if text and not text.endswith("\n"):
             raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
@@ -128,9 +148,17 @@ def append_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]],
     append_locked(path, build)
 
 
-def validate_csv(path: Path, columns: tuple[str, ...], name: str, floats: tuple[str, ...], env: tuple[str, ...],
-                 check: Callable[[dict[str, str]], str] | None = None, unique: tuple[str, ...] = ()) -> list[str]:
-    """Header, numbers, environment columns, ``check`` (a problem or ''), duplicate ``unique`` keys, hash chain,
+def validate_csv(
+    path: Path,
+    columns: tuple[str, ...],
+    name: str,
+    floats: tuple[str, ...],
+    env: tuple[str, ...],
+    check: Callable[[dict[str, str]], str] | None = None,
+    unique: tuple[str, ...] = (),
+) -> list[str]:
+    """Header, numbers, environment columns, ``check`` (a problem or ''), duplicate ``unique`` keys, hash
+    chain,
     a cut last line, and append-only against the whole git history and HEAD."""
     path = Path(path)
     if not path.exists():
@@ -164,8 +192,10 @@ def validate_csv(path: Path, columns: tuple[str, ...], name: str, floats: tuple[
         if unique:
             key = tuple(row[c] for c in unique)
             if key in seen:
-                problems.append(f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): a run "
-                                "was appended twice")
+                problems.append(
+                    f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): a run "
+                    "was appended twice"
+                )
             seen.setdefault(key, where)
         if row["chain"] != chain(prev, row_content(row, columns)):
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
@@ -178,7 +208,10 @@ def validate_csv(path: Path, columns: tuple[str, ...], name: str, floats: tuple[
 
 # ---------------------------------------------------------------- git history
 
-def _git(cwd: Path | str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes] | None:
+
+def _git(
+    cwd: Path | str, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes] | None:
     try:
         return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, input=stdin, check=False)
     except FileNotFoundError:
@@ -211,7 +244,7 @@ def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
             pos = nl + 1
             continue
         size = int(head[2])
-        out[head[0].decode()] = data[nl + 1:nl + 1 + size]
+        out[head[0].decode()] = data[nl + 1 : nl + 1 + size]
         pos = nl + 1 + size + 1
     return out
 
@@ -227,8 +260,19 @@ def validate_git_history(path: Path) -> list[str]:
     if loc is None:
         return []
     top, rel = loc
-    p = _git(top, "log", "--full-history", "-m", "--raw", "--no-abbrev", "--no-renames", "--format=commit %H",
-             "HEAD", "--", rel)
+    p = _git(
+        top,
+        "log",
+        "--full-history",
+        "-m",
+        "--raw",
+        "--no-abbrev",
+        "--no-renames",
+        "--format=commit %H",
+        "HEAD",
+        "--",
+        rel,
+    )
     if p is None or p.returncode != 0:
         return []  # no commits yet
     edges: list[tuple[str, str, str, str]] = []
@@ -246,8 +290,10 @@ def validate_git_history(path: Path) -> list[str]:
         if status.startswith("D") or new == _NO_BLOB:
             problems.append(f"{rel}: deleted in commit {commit[:12]}, but ledgers are append-only")
         elif old != _NO_BLOB and not blobs.get(new, b"").startswith(blobs.get(old, b"\0")):
-            problems.append(f"{rel}: commit {commit[:12]} rewrote or dropped committed rows (every committed "
-                            "version must extend the one before it: append a superseding row instead)")
+            problems.append(
+                f"{rel}: commit {commit[:12]} rewrote or dropped committed rows (every committed "
+                "version must extend the one before it: append a superseding row instead)"
+            )
     return problems
 
 
@@ -264,7 +310,7 @@ def validate_against_git(path: Path, ref: str = "HEAD") -> list[str]:
     if not path.exists():
         return [f"{rel}: deleted, but ledgers are append-only"]
     if not path.read_bytes().startswith(old.stdout):
-        return [f"{rel}: history differs from {ref} (ledgers are append-only: append a superseding row instead)"]
+        return [
+            f"{rel}: history differs from {ref} (ledgers are append-only: append a superseding row instead)"
+        ]
     return []
-
-

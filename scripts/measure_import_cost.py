@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""What the patched `import sglang` costs: `import sglang` alone vs `import sglang` + `kda_kernels.install()` (what
+"""What the patched `import sglang` costs: `import sglang` alone vs `import sglang` + `kda_kernels.install()`
+(what
 patches/sglang_kda_kernels.patch appends), each in a fresh interpreter, interleaved, N trials each.
 
 Per trial it records the wall time of the import (and of install()), the number of modules loaded, and whether
-CUDA was initialised (torch.cuda.is_initialized()) by the end. The bound (issue 37): the patch adds <= 50 ms and
+CUDA was initialised (torch.cuda.is_initialized()) by the end. The bound (issue 37): the patch adds <= 50 ms
+and
 never initialises CUDA. Prints one short table; writes import_cost.json to $OUT when OUT is set.
 
     python scripts/measure_import_cost.py [--trials 10] [--bound-ms 50]
@@ -55,11 +57,13 @@ def one(side: str) -> dict[str, Any]:
 
 
 def summarize(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"median_total_ms": statistics.median(t["total_ms"] for t in trials),
-            "median_install_ms": statistics.median(t["install_ms"] for t in trials),
-            "modules": max(t["modules"] for t in trials),
-            "cuda_initialized": any(t["cuda_initialized"] for t in trials),
-            "patched_sglang": any(t.get("patched_sglang") for t in trials)}
+    return {
+        "median_total_ms": statistics.median(t["total_ms"] for t in trials),
+        "median_install_ms": statistics.median(t["install_ms"] for t in trials),
+        "modules": max(t["modules"] for t in trials),
+        "cuda_initialized": any(t["cuda_initialized"] for t in trials),
+        "patched_sglang": any(t.get("patched_sglang") for t in trials),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,23 +74,35 @@ def main(argv: list[str] | None = None) -> int:
     one("without")  # warm the file cache once; not counted
     runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
     for i in range(a.trials):
-        for side in (("without", "with") if i % 2 == 0 else ("with", "without")):  # interleaved, alternating
+        for side in ("without", "with") if i % 2 == 0 else ("with", "without"):  # interleaved, alternating
             runs[side].append(one(side))
     s = {side: summarize(t) for side, t in runs.items()}
     added = s["with"]["median_total_ms"] - s["without"]["median_total_ms"]
     ok = added <= a.bound_ms and not s["with"]["cuda_initialized"]
     print(f"{'side':<8} {'median ms':>10} {'install ms':>11} {'modules':>8} {'CUDA init':>10}")
     for side in ("without", "with"):
-        print(f"{side:<8} {s[side]['median_total_ms']:>10.1f} {s[side]['median_install_ms']:>11.1f} "
-              f"{s[side]['modules']:>8} {str(s[side]['cuda_initialized']):>10}")
-    print(f"added by the patch: {added:+.1f} ms, {s['with']['modules'] - s['without']['modules']:+d} modules "
-          f"({a.trials} interleaved trials); bound {a.bound_ms:.0f} ms and no CUDA init: {'OK' if ok else 'EXCEEDED'}"
-          + (" (installed SGLang is patched: 'without' = KDA_KERNELS_DISABLE=1)" if s["without"]["patched_sglang"]
-             else ""))
+        print(
+            f"{side:<8} {s[side]['median_total_ms']:>10.1f} {s[side]['median_install_ms']:>11.1f} "
+            f"{s[side]['modules']:>8} {str(s[side]['cuda_initialized']):>10}"
+        )
+    print(
+        f"added by the patch: {added:+.1f} ms, {s['with']['modules'] - s['without']['modules']:+d} modules "
+        f"({a.trials} interleaved trials); bound {a.bound_ms:.0f} ms and no CUDA init: "
+        f"{'OK' if ok else 'EXCEEDED'}"
+        + (
+            " (installed SGLang is patched: 'without' = KDA_KERNELS_DISABLE=1)"
+            if s["without"]["patched_sglang"]
+            else ""
+        )
+    )
     out = os.environ.get("OUT")
     if out:
-        Path(out, "import_cost.json").write_text(json.dumps(
-            {"summary": s, "added_ms": added, "bound_ms": a.bound_ms, "ok": ok, "trials": runs}, indent=2) + "\n")
+        Path(out, "import_cost.json").write_text(
+            json.dumps(
+                {"summary": s, "added_ms": added, "bound_ms": a.bound_ms, "ok": ok, "trials": runs}, indent=2
+            )
+            + "\n"
+        )
     return 0 if ok else 1
 
 

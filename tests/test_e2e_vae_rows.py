@@ -1,7 +1,9 @@
 """The VAE rows, ``sglang_build`` and the recipe table against SGLang 0.5.23 on the CPU.
 
-SGLang's runtime state is process-global (and ``runtime.cpu_e2e_site`` puts transformers on the path), so the checks
-run once in a subprocess (``python -m tests.test_e2e_vae_rows``), as ``kda e2e`` runs; it prints one JSON record
+SGLang's runtime state is process-global (and ``runtime.cpu_e2e_site`` puts transformers on the path), so the
+checks
+run once in a subprocess (``python -m tests.test_e2e_vae_rows``), as ``kda e2e`` runs; it prints one JSON
+record
 per check and the tests assert on them.
 """
 
@@ -21,7 +23,9 @@ from tests.conftest import REPO
 QUALITIES = ("exact", "lossless", "high")
 
 
-# ------------------------------------------------------------------------------------------------ in the subprocess
+# ------------------------------------------------------------------------------------------------ in the
+# subprocess
+
 
 def _rows() -> dict[str, Any]:
     import torch
@@ -36,14 +40,23 @@ def _rows() -> dict[str, Any]:
         with torch.no_grad():
             y, y32 = built.forward(), built.fp32_forward()
         dtypes = {str(p.dtype) for p in built.module.parameters()}
-        out[row.name] = dict(shape=list(y.shape), finite=bool(torch.isfinite(y).all()), fp32_shape=list(y32.shape),
-                             err=float((y.float() - y32).abs().max()), lo=float(y.min()), hi=float(y.max()),
-                             param_dtypes=sorted(dtypes), row_dtype=str(row.dtype), config=built.config)
+        out[row.name] = dict(
+            shape=list(y.shape),
+            finite=bool(torch.isfinite(y).all()),
+            fp32_shape=list(y32.shape),
+            err=float((y.float() - y32).abs().max()),
+            lo=float(y.min()),
+            hi=float(y.max()),
+            param_dtypes=sorted(dtypes),
+            row_dtype=str(row.dtype),
+            config=built.config,
+        )
     return out
 
 
 def _channels_last() -> dict[str, Any]:
-    """SGLang's policy per pipeline config as a CUDA server decides it, and the loader's conversion it drives."""
+    """SGLang's policy per pipeline config as a CUDA server decides it, and the loader's conversion it drives.
+    """
     from types import SimpleNamespace
 
     import torch
@@ -58,9 +71,15 @@ def _channels_last() -> dict[str, Any]:
     policy: dict[str, Any] = {}
     try:
         vae_loader.current_platform = cuda_like
-        for path in ("wan:WanT2V480PConfig", "wan:FastWan2_2_TI2V_5B_Config", "qwen_image:QwenImagePipelineConfig",
-                     "ltx_2:LTX2PipelineConfig", "flux:FluxPipelineConfig", "zimage:ZImagePipelineConfig",
-                     "hunyuan:HunyuanConfig"):
+        for path in (
+            "wan:WanT2V480PConfig",
+            "wan:FastWan2_2_TI2V_5B_Config",
+            "qwen_image:QwenImagePipelineConfig",
+            "ltx_2:LTX2PipelineConfig",
+            "flux:FluxPipelineConfig",
+            "zimage:ZImagePipelineConfig",
+            "hunyuan:HunyuanConfig",
+        ):
             for gpus in (1, 2):
                 args = SimpleNamespace(pipeline_config=sb.pipeline_config(path), num_gpus=gpus)
                 policy[f"{path}@{gpus}"] = list(sb.channels_last_3d_policy(args))
@@ -82,14 +101,23 @@ def _decode_dtypes() -> dict[str, Any]:
     from kda_lab.e2e import sglang_build as sb
 
     out: dict[str, Any] = {}
-    for path in ("wan:FastWan2_2_TI2V_5B_Config", "wan:WanT2V480PConfig", "wan:WanT2V720PConfig",
-                 "ltx_2:LTX2PipelineConfig", "qwen_image:QwenImagePipelineConfig", "flux:FluxPipelineConfig",
-                 "zimage:ZImagePipelineConfig", "hunyuan:HunyuanConfig"):
+    for path in (
+        "wan:FastWan2_2_TI2V_5B_Config",
+        "wan:WanT2V480PConfig",
+        "wan:WanT2V720PConfig",
+        "ltx_2:LTX2PipelineConfig",
+        "qwen_image:QwenImagePipelineConfig",
+        "flux:FluxPipelineConfig",
+        "zimage:ZImagePipelineConfig",
+        "hunyuan:HunyuanConfig",
+    ):
         pc = sb.pipeline_config(path)
         pc.vae_decode_precision_high = "bf16"  # a tier-dependent override: "high" must differ from the others
         args = sb.server_args(pc)
-        out[path] = {q: [str(sb.decode_dtype(args, q)), str(resolve_decode_precision(args, "vae", quality=q))]
-                     for q in QUALITIES}
+        out[path] = {
+            q: [str(sb.decode_dtype(args, q)), str(resolve_decode_precision(args, "vae", quality=q))]
+            for q in QUALITIES
+        }
     return out
 
 
@@ -100,11 +128,14 @@ def _recipes() -> dict[str, Any]:
     from kda_lab.e2e.recipe_check import fusion_mismatches, mismatches
     from kda_lab.e2e.recipes import RECIPES
 
-    dit_rows = {"dits.wanvideo:WanTransformer3DModel": "wan22_t2v_dit",
-                "dits.hunyuanvideo:HunyuanVideoTransformer3DModel": "hunyuanvideo_dit",
-                "dits.qwen_image:QwenImageTransformer2DModel": "qwen_image_dit",
-                "dits.zimage:ZImageTransformer2DModel": "zimage_dit", "dits.flux:FluxTransformer2DModel": "flux_dit",
-                "dits.ltx_2:LTX2VideoTransformer3DModel": "ltx2_dit"}
+    dit_rows = {
+        "dits.wanvideo:WanTransformer3DModel": "wan22_t2v_dit",
+        "dits.hunyuanvideo:HunyuanVideoTransformer3DModel": "hunyuanvideo_dit",
+        "dits.qwen_image:QwenImageTransformer2DModel": "qwen_image_dit",
+        "dits.zimage:ZImageTransformer2DModel": "zimage_dit",
+        "dits.flux:FluxTransformer2DModel": "flux_dit",
+        "dits.ltx_2:LTX2VideoTransformer3DModel": "ltx2_dit",
+    }
     dits = {m: models.BY_NAME[r].build("cpu", True, 1).module for m, r in dit_rows.items()}
     out: dict[str, Any] = {}
     for r in RECIPES:
@@ -116,7 +147,8 @@ def _recipes() -> dict[str, Any]:
             "height": dataclasses.replace(r, height=r.height + 64),
             "tokens": dataclasses.replace(r, tokens=r.tokens + 1),
             "decode_dtype": dataclasses.replace(
-                r, decode_dtype=torch.float16 if r.decode_dtype != torch.float16 else torch.bfloat16),
+                r, decode_dtype=torch.float16 if r.decode_dtype != torch.float16 else torch.bfloat16
+            ),
             "bcg_default": dataclasses.replace(r, bcg_default=not r.bcg_default),
             "bcg_validated": dataclasses.replace(r, bcg_validated=not r.bcg_validated),
             "dit_arch": dataclasses.replace(r, dit_arch={**r.dit_arch, "num_layerz": 1}),
@@ -124,9 +156,16 @@ def _recipes() -> dict[str, Any]:
         out[r.name] = dict(
             ok=mismatches(r) + fusion_mismatches(r, dit),
             wrong={k: mismatches(v) for k, v in wrong.items()},
-            wrong_fusions=fusion_mismatches(dataclasses.replace(r, fusions=(*r.fusions, "HUNYUAN_QKNORM")
-                                                                if "HUNYUAN_QKNORM" not in r.fusions
-                                                                else r.fusions[1:]), dit))
+            wrong_fusions=fusion_mismatches(
+                dataclasses.replace(
+                    r,
+                    fusions=(*r.fusions, "HUNYUAN_QKNORM")
+                    if "HUNYUAN_QKNORM" not in r.fusions
+                    else r.fusions[1:],
+                ),
+                dit,
+            ),
+        )
     return out
 
 
@@ -137,19 +176,31 @@ def _main() -> None:
     from kda_lab.e2e import sglang_build
 
     stages = sglang_build.import_stages()
-    results = {"stages": stages, "rows": _rows(), "channels_last": _channels_last(), "decode_dtypes": _decode_dtypes(),
-               "recipes": _recipes()}
+    results = {
+        "stages": stages,
+        "rows": _rows(),
+        "channels_last": _channels_last(),
+        "decode_dtypes": _decode_dtypes(),
+        "recipes": _recipes(),
+    }
     print("E2E-VAE-RESULTS " + json.dumps(results, default=str))
 
 
 # ------------------------------------------------------------------------------------------------ the tests
 
+
 @pytest.fixture(scope="module")
 def results() -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "tests.test_e2e_vae_rows"], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.test_e2e_vae_rows"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     lines = [x for x in r.stdout.splitlines() if x.startswith("E2E-VAE-RESULTS ")]
     assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
     return json.loads(lines[-1].removeprefix("E2E-VAE-RESULTS "))
@@ -171,7 +222,13 @@ def test_every_vae_row_builds_and_decodes_tiny_through_sglang_build(results: dic
         assert rec["err"] < 0.1, rec  # the decode-dtype output is near its fp32 yardstick
         # placed in the decode dtype the stage declares, which is the row's dtype
         assert rec["param_dtypes"] == [rec["row_dtype"]] == [rec["config"]["decode_dtype"]], rec
-    assert rows["wan22_vae_decode"]["shape"] == [1, 3, 5, 32, 32]  # 2 latent frames -> 5, 16x spatial (8 x patch 2)
+    assert rows["wan22_vae_decode"]["shape"] == [
+        1,
+        3,
+        5,
+        32,
+        32,
+    ]  # 2 latent frames -> 5, 16x spatial (8 x patch 2)
     assert rows["qwen_image_vae_decode"]["shape"] == [1, 3, 1, 32, 32]
     assert rows["flux1_vae_decode"]["shape"] == [1, 3, 32, 32]
     assert rows["ltx2_vae_decode"]["config"]["vae_tiling"] is True
@@ -184,7 +241,9 @@ def test_production_latents_are_the_default_requests() -> None:
     assert set(LATENTS) == set(VAE_BY_NAME)
     for r in RECIPES:
         if r.vae_row in LATENTS:
-            assert LATENTS[r.vae_row] == r.latent, r.name  # recipe_check derives r.latent from SGLang's configs
+            assert LATENTS[r.vae_row] == r.latent, (
+                r.name
+            )  # recipe_check derives r.latent from SGLang's configs
     # the Wan 2.1 rows are not a recipe's default request: 81 frames at 4x8x8 over 480x832 and 720x1280
     assert LATENTS["wan21_vae_decode_480p"] == (1, 16, (81 - 1) // 4 + 1, 480 // 8, 832 // 8)
     assert LATENTS["wan21_vae_decode_720p"] == (1, 16, (81 - 1) // 4 + 1, 720 // 8, 1280 // 8)
@@ -193,7 +252,8 @@ def test_production_latents_are_the_default_requests() -> None:
 def test_channels_last_3d_follows_sglang_policy(results: dict[str, Any]) -> None:
     rec = results["channels_last"]
     policy = {k: tuple(v) for k, v in rec["policy"].items()}
-    # a CUDA server: Wan (incl. Wan 2.2 TI2V) and Qwen-Image always; LTX-2 on one GPU; multi-GPU Wan the decoder only
+    # a CUDA server: Wan (incl. Wan 2.2 TI2V) and Qwen-Image always; LTX-2 on one GPU; multi-GPU Wan the
+    # decoder only
     assert policy["wan:WanT2V480PConfig@1"] == (True, "")
     assert policy["wan:WanT2V480PConfig@2"] == (True, "decoder.")
     assert policy["wan:FastWan2_2_TI2V_5B_Config@1"] == (True, "")
@@ -227,8 +287,9 @@ def test_recipes_match_sglang_and_a_wrong_value_is_rejected(results: dict[str, A
     for name, rec in recs.items():
         assert rec["ok"] == [], (name, rec["ok"])
         for field_name, found in rec["wrong"].items():
-            assert found and any(field_name.split("_")[0] in f or "latent" in f or "width" in f for f in found), \
-                (name, field_name, found)
+            assert found and any(
+                field_name.split("_")[0] in f or "latent" in f or "width" in f for f in found
+            ), (name, field_name, found)
         assert rec["wrong_fusions"], name
 
 

@@ -32,11 +32,14 @@ from tests.test_export import lab as lab  # noqa: F401 - the fixture
 # --------------------------------------------------------------------------------- which checks count
 
 
-@pytest.mark.parametrize(("rows", "seeds", "why"), [
-    (ALL_ROWS, 0, "it ran 0 seed(s) per row, the task asks for 2"),
-    (ALL_ROWS, 1, "it ran 1 seed(s) per row, the task asks for 2"),
-    ([TABLE[0][0]], 2, "it did not run 2 production row(s)"),
-])
+@pytest.mark.parametrize(
+    ("rows", "seeds", "why"),
+    [
+        (ALL_ROWS, 0, "it ran 0 seed(s) per row, the task asks for 2"),
+        (ALL_ROWS, 1, "it ran 1 seed(s) per row, the task asks for 2"),
+        ([TABLE[0][0]], 2, "it did not run 2 production row(s)"),
+    ],
+)
 def test_a_zero_seed_or_subset_check_is_never_evidence(lab, capsys, rows, seeds, why):  # noqa: F811
     h = src_hash(lab)
     add_check(lab, h, rows=rows, seeds=seeds)
@@ -65,9 +68,20 @@ def test_legacy_check_rows_count_by_their_note(lab, capsys):  # noqa: F811
     task = lab / "kernels" / SLUG
 
     def legacy(note: str, run_id: str) -> None:
-        ledger.append_solution(task, id="c001", parent=None, status="correct", event="check", source_hash=h,
-                               arch="h200", gpu="NVIDIA H200", evidence={"run_id": run_id, "passed": 2, "failed": 0},
-                               git_commit=commit(lab), command="kda check", note=note)
+        ledger.append_solution(
+            task,
+            id="c001",
+            parent=None,
+            status="correct",
+            event="check",
+            source_hash=h,
+            arch="h200",
+            gpu="NVIDIA H200",
+            evidence={"run_id": run_id, "passed": 2, "failed": 0},
+            git_commit=commit(lab),
+            command="kda check",
+            note=note,
+        )
 
     legacy("base seed 1; rows 1; seeds 2", "legacy-subset")
     add_bench(lab, h, GOOD)
@@ -133,7 +147,9 @@ def test_a_commit_outside_heads_history_backs_nothing(lab, capsys):  # noqa: F81
 
 def test_a_commit_without_the_measured_sources_backs_nothing(lab, capsys):  # noqa: F811
     before = commit(lab)
-    (lab / "kernels" / SLUG / "src" / "kernel.py").write_text(KERNEL + "\n# measured, never committed first\n")
+    (lab / "kernels" / SLUG / "src" / "kernel.py").write_text(
+        KERNEL + "\n# measured, never committed first\n"
+    )
     h = src_hash(lab)
     add_check(lab, h, git_commit=before)
     add_bench(lab, h, GOOD, git_commit=before)

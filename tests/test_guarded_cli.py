@@ -1,7 +1,10 @@
-"""No candidate and no broken file can end the lab's commands, and no traceback reaches a user (issue 37, 6-8).
+"""No candidate and no broken file can end the lab's commands, and no traceback reaches a user (issue 37,
+6-8).
 
-- register.py that exits (sys.exit(0)), is interrupted or raises: `kda validate` reports it and goes on over every
-  task; `kda check --interpret` exits non-zero with one line; a candidate that exits at call time fails its row.
+- register.py that exits (sys.exit(0)), is interrupted or raises: `kda validate` reports it and goes on over
+every
+  task; `kda check --interpret` exits non-zero with one line; a candidate that exits at call time fails its
+  row.
 - task.toml values of the wrong type (arch = ["h200"], atol = "tiny", tolerances = 3): one clear line each in
   validate, tasks and check, and `export.py --check` does not say ok.
 - a ledger that is not UTF-8: one line in validate, tasks and report.
@@ -72,18 +75,24 @@ def test_a_candidate_that_exits_at_call_time_fails_its_row():
     assert not res.ok and "raised SystemExit" in res.error
 
 
-@pytest.mark.parametrize(("old", "new", "said"), [
-    ('arch = "h200"', 'arch = ["h200"]', "arch = ['h200'] must be a string"),
-    ("{ atol = 6.25e-2,", '{ atol = "tiny",', "atol = 'tiny' must be a number"),
-    ("slug = ", "tolerances = 3\nslug = ", "tolerances = 3 must be a table"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ('arch = "h200"', 'arch = ["h200"]', "arch = ['h200'] must be a string"),
+        ("{ atol = 6.25e-2,", '{ atol = "tiny",', "atol = 'tiny' must be a number"),
+        ("slug = ", "tolerances = 3\nslug = ", "tolerances = 3 must be a table"),
+    ],
+)
 def test_task_toml_types_are_one_line_each(tmp_path, monkeypatch, capsys, old, new, said):
     task = lab(tmp_path, monkeypatch)
     toml = task / "task.toml"
     text = toml.read_text()
     assert old in text
-    toml.write_text(text.replace(old, new, 1).replace("[tolerances]", "[tolerances_moved]")
-                    if new.startswith("tolerances") else text.replace(old, new, 1))
+    toml.write_text(
+        text.replace(old, new, 1).replace("[tolerances]", "[tolerances_moved]")
+        if new.startswith("tolerances")
+        else text.replace(old, new, 1)
+    )
     rc, out = kda(capsys, "validate")
     assert rc == 1 and said in out, out
     rc, out = kda(capsys, "tasks")
@@ -116,7 +125,9 @@ def test_interpret_rows_must_exist(tmp_path, monkeypatch, capsys):
 
 
 def test_no_record_never_hands_out_a_candidate_id(tmp_path, monkeypatch, capsys):
-    """A --no-record run of a new source hash printed c0NN, and the next recorded run gave c0NN to another hash."""
+    """A --no-record run of a new source hash printed c0NN, and the next recorded run gave c0NN to another
+    hash.
+    """
     from kda_lab.ledger import read_solutions
 
     task = lab(tmp_path, monkeypatch, (REPO_FSS_SRC / "register.py").read_text() + "\n# revision A\n")

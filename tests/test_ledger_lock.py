@@ -1,4 +1,5 @@
-"""Ledger appends under concurrency, duplicate runs, and the one home of the ledger machinery (issue 37, 4 and 5).
+"""Ledger appends under concurrency, duplicate runs, and the one home of the ledger machinery (issue 37, 4 and
+5).
 
 - Appends take an exclusive fcntl lock and chain from the tail read under it: real processes appending to one
   ledger at once leave a valid chain with every row (unlocked, the chain broke at some row in one try of two).
@@ -23,7 +24,7 @@ from tests.conftest import FSS, REPO
 from tests.test_box_ledgers import box_call, repo, unpack  # noqa: F401 - the fixture
 from tests.test_report import bench_rows
 
-WRITER = r'''
+WRITER = r"""
 import sys
 from pathlib import Path
 from kda_lab import ledger
@@ -31,13 +32,15 @@ from tests.test_report import bench_rows
 task, who, n, kind = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 for i in range(n):
     if kind == "solutions":
-        ledger.append_solution(task, id="c001", parent=None, status="proposed", event="note", source_hash="h" * 16,
-                               arch="h200", gpu="cpu", evidence={}, git_commit="0" * 40, command=f"{who} {i}",
+        ledger.append_solution(task, id="c001", parent=None, status="proposed", event="note",
+                               source_hash="h" * 16, arch="h200", gpu="cpu", evidence={}, git_commit="0" * 40,
+                               command=f"{who} {i}",
                                note=f"{who} row {i}")
     else:
-        ledger.append_benchmark_rows(task, bench_rows(task, run_id=f"{who}-{i}", mode="baseline-only", cand="c000",
-                                                      factors=1.0, ts="2026-11-25T02:10:00Z")[:2])
-'''
+        rows = bench_rows(task, run_id=f"{who}-{i}", mode="baseline-only", cand="c000", factors=1.0,
+                          ts="2026-11-25T02:10:00Z")
+        ledger.append_benchmark_rows(task, rows[:2])
+"""
 
 
 def _task(tmp_path: Path) -> Path:
@@ -54,8 +57,16 @@ def test_concurrent_appends_from_real_processes_keep_the_chain(tmp_path: Path, k
     task = _task(tmp_path)
     writers, n = 4, 60 if kind == "solutions" else 25
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(task), f"w{w}", str(n), kind], env=env, cwd=REPO,
-                              stderr=subprocess.PIPE, text=True) for w in range(writers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(task), f"w{w}", str(n), kind],
+            env=env,
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(writers)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
@@ -70,8 +81,20 @@ def test_concurrent_appends_from_real_processes_keep_the_chain(tmp_path: Path, k
 def test_append_reads_the_tail_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What another process appended since this one last looked is what the new row chains from."""
     task = _task(tmp_path)
-    ledger.append_solution(task, id="c001", parent=None, status="proposed", event="note", source_hash="h" * 16,
-                           arch="h200", gpu="cpu", evidence={}, git_commit="0" * 40, command="a", note="")
+    ledger.append_solution(
+        task,
+        id="c001",
+        parent=None,
+        status="proposed",
+        event="note",
+        source_hash="h" * 16,
+        arch="h200",
+        gpu="cpu",
+        evidence={},
+        git_commit="0" * 40,
+        command="a",
+        note="",
+    )
     seen: list[str] = []
     original = ledger_io.append_locked
 
@@ -82,22 +105,42 @@ def test_append_reads_the_tail_under_the_lock(tmp_path: Path, monkeypatch: pytes
         return original(path, build)
 
     monkeypatch.setattr(ledger, "append_locked", spy)
-    row = ledger.append_solution(task, id="c001", parent=None, status="proposed", event="note",
-                                 source_hash="h" * 16, arch="h200", gpu="cpu", evidence={}, git_commit="0" * 40,
-                                 command="b", note="")
-    assert row["chain"] == ledger_io.chain("deadbeefdeadbeef", __import__("json").dumps(
-        {k: row[k] for k in ledger.SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
+    row = ledger.append_solution(
+        task,
+        id="c001",
+        parent=None,
+        status="proposed",
+        event="note",
+        source_hash="h" * 16,
+        arch="h200",
+        gpu="cpu",
+        evidence={},
+        git_commit="0" * 40,
+        command="b",
+        note="",
+    )
+    assert row["chain"] == ledger_io.chain(
+        "deadbeefdeadbeef",
+        __import__("json").dumps({k: row[k] for k in ledger.SOLUTION_FIELDS if k != "chain"}, sort_keys=True),
+    )
 
 
 # --------------------------------------------------------------------------------------------- duplicates
 
+
 def test_validate_refuses_a_benchmark_run_appended_twice(tmp_path: Path) -> None:
     task = _task(tmp_path)
-    rows = bench_rows(task, run_id="r-dup", mode="baseline-only", cand="c000", factors=1.0, ts="2026-11-25T02:10:00Z")
+    rows = bench_rows(
+        task, run_id="r-dup", mode="baseline-only", cand="c000", factors=1.0, ts="2026-11-25T02:10:00Z"
+    )
     ledger.append_benchmark_rows(task, rows)
     assert ledger.validate_benchmark_csv(task / ledger.BENCHMARK_FILE) == []
-    ledger.append_benchmark_rows(task, bench_rows(task, run_id="r-other", mode="baseline-only", cand="c000",
-                                                  factors=1.0, ts="2026-11-25T02:11:00Z"))
+    ledger.append_benchmark_rows(
+        task,
+        bench_rows(
+            task, run_id="r-other", mode="baseline-only", cand="c000", factors=1.0, ts="2026-11-25T02:11:00Z"
+        ),
+    )
     ledger.append_benchmark_rows(task, rows)
     problems = ledger.validate_benchmark_csv(task / ledger.BENCHMARK_FILE)
     assert any("duplicate run id r-dup" in p for p in problems), problems
@@ -106,17 +149,38 @@ def test_validate_refuses_a_benchmark_run_appended_twice(tmp_path: Path) -> None
 def test_validate_refuses_a_check_row_appended_twice(tmp_path: Path) -> None:
     task = _task(tmp_path)
     for _ in range(2):
-        ledger.append_solution(task, id="c001", parent=None, status="correct", event="check", source_hash="h" * 16,
-                               arch="h200", gpu="NVIDIA H200", evidence={"run_id": "chk-1", "passed": 1, "failed": 0},
-                               git_commit="0" * 40, command="kda check", note="")
+        ledger.append_solution(
+            task,
+            id="c001",
+            parent=None,
+            status="correct",
+            event="check",
+            source_hash="h" * 16,
+            arch="h200",
+            gpu="NVIDIA H200",
+            evidence={"run_id": "chk-1", "passed": 1, "failed": 0},
+            git_commit="0" * 40,
+            command="kda check",
+            note="",
+        )
     problems = ledger.validate_solutions(task / ledger.SOLUTIONS_FILE)
     assert any("duplicate run id chk-1" in p for p in problems), problems
 
 
 def test_validate_refuses_an_e2e_run_appended_twice(tmp_path: Path) -> None:
     row = {c: "" for c in e2e_ledger.E2E_COLUMNS if c not in ("ts", "chain")}
-    row.update(run_id="e-1", row="flux_block", status="ok", gpu_name="NVIDIA H200", torch="2.11", sglang="0.5.23",
-               git_commit="0" * 40, command="kda e2e", quality="lossless", stage="module")
+    row.update(
+        run_id="e-1",
+        row="flux_block",
+        status="ok",
+        gpu_name="NVIDIA H200",
+        torch="2.11",
+        sglang="0.5.23",
+        git_commit="0" * 40,
+        command="kda e2e",
+        quality="lossless",
+        stage="module",
+    )
     e2e_ledger.append(tmp_path, [row])
     assert e2e_ledger.validate(tmp_path) == []
     e2e_ledger.append(tmp_path, [row])
@@ -132,11 +196,14 @@ def test_unpacking_the_same_tarballs_twice_never_doubles_rows(repo: Path, tmp_pa
     again = unpack(repo, first, second)
     assert again.returncode == 0, again.stderr
     assert (task / ledger.BENCHMARK_FILE).read_text() == before
-    assert "already here" in again.stdout or "unchanged" in again.stdout or again.stdout.count("appended") == 0
+    assert (
+        "already here" in again.stdout or "unchanged" in again.stdout or again.stdout.count("appended") == 0
+    )
     assert ledger.validate_ledgers(task) == []
 
 
 # --------------------------------------------------------------------------------------------- one home
+
 
 def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
@@ -158,5 +225,5 @@ def test_measure_does_not_import_e2e() -> None:
 def test_one_module_holds_the_chain_and_the_lock() -> None:
     for rel in ("kda_lab/ledger.py", "kda_lab/e2e/ledger.py", "kda_lab/measure/box_ledgers.py"):
         text = (REPO / rel).read_text()
-        assert "hashlib" not in text and "fcntl" not in text and ".open(\"a" not in text, rel
+        assert "hashlib" not in text and "fcntl" not in text and '.open("a' not in text, rel
     assert "fcntl.flock" in (REPO / "kda_lab" / "ledger_io.py").read_text()

@@ -1,8 +1,11 @@
-"""Request quality tiers (issue #35 item 3): the overlay serves a lossless impl only where SGLang's request says so.
+"""Request quality tiers (issue #35 item 3): the overlay serves a lossless impl only where SGLang's request
+says so.
 
 The tier reaches the overlay through SGLang's own mechanisms (kda_kernels.tiers): the denoising stage's
-``toggle_quality_fusions`` over ``_QUALITY_FUSION_HANDLERS`` (the overlay's entry mounts with SGLang's lossless
-fusions) and the decoding stage's ``use_vae_fast_path`` gate. These tests drive both with SGLang's real functions
+``toggle_quality_fusions`` over ``_QUALITY_FUSION_HANDLERS`` (the overlay's entry mounts with SGLang's
+lossless
+fusions) and the decoding stage's ``use_vae_fast_path`` gate. These tests drive both with SGLang's real
+functions
 and check that an exact-tier call through the overlay is SGLang's call.
 """
 
@@ -15,18 +18,24 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
+_spec = importlib.util.spec_from_file_location(
+    "kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py")
+)
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
 _spec.loader.exec_module(fx)
 
 REPO = Path(__file__).resolve().parents[1]
-NO_QUALITY = {"KDA_TEST_QUALITY": "none"}  # the prelude opens no quality() block: only SGLang's stages set the tier
+NO_QUALITY = {
+    "KDA_TEST_QUALITY": "none"
+}  # the prelude opens no quality() block: only SGLang's stages set the tier
 
 
 def tier_mismatches(targets: tuple, kernels: Path) -> list[str]:
-    """Swap targets whose registry tier is not what the task contracts say: ``exact`` exactly where a task of the
-    target's family declares the function ``exact = true`` (checked bit for bit against SGLang on every row)."""
+    """Swap targets whose registry tier is not what the task contracts say: ``exact`` exactly where a task of
+    the
+    target's family declares the function ``exact = true`` (checked bit for bit against SGLang on every row).
+    """
     exact: dict[str, bool] = {}
     for toml in sorted(kernels.glob("h200_*/task.toml")):
         for f in tomllib.loads(toml.read_text()).get("functions", []):
@@ -47,12 +56,19 @@ def test_registry_tiers_follow_the_task_contracts() -> None:
 
     assert tier_mismatches(TARGETS, REPO / "kernels") == []
     assert {t.function for t in TARGETS if t.tier == "exact"} == {
-        "apply_rotary_embedding", "apply_ltx2_split_rotary_emb", "rmsnorm_scale", "rmsnorm_tanh_residual"}
+        "apply_rotary_embedding",
+        "apply_ltx2_split_rotary_emb",
+        "rmsnorm_scale",
+        "rmsnorm_tanh_residual",
+    }
     # the checker rejects a wrong table: a lossless kernel claimed exact, an exact one demoted
     wrong = tuple(dataclasses.replace(t, tier="exact") if t.function == "norm_infer" else t for t in TARGETS)
     assert tier_mismatches(wrong, REPO / "kernels") == [
-        "norm_infer: registry tier 'exact', task contract says 'lossless'"]
-    demoted = tuple(dataclasses.replace(t, tier="lossless") if t.function == "rmsnorm_scale" else t for t in TARGETS)
+        "norm_infer: registry tier 'exact', task contract says 'lossless'"
+    ]
+    demoted = tuple(
+        dataclasses.replace(t, tier="lossless") if t.function == "rmsnorm_scale" else t for t in TARGETS
+    )
     assert len(tier_mismatches(demoted, REPO / "kernels")) == 1
     # the HunyuanVideo decoder fast path converts convs to channels-last (cuDNN's roundings move): lossless
     assert [fp.tier for fp in FAST_PATHS] == ["lossless"]
@@ -76,7 +92,9 @@ def test_tier_stack_and_quality_blocks() -> None:
 
 @fx.needs_sglang
 def test_sglang_stages_drive_the_tier_and_uninstall_unhooks() -> None:
-    r = fx.run_py(None, """
+    r = fx.run_py(
+        None,
+        """
     from kda_lab.e2e.runtime import cpu_e2e_site
     cpu_e2e_site()  # SGLang's stages import its model deps (kda e2e's CPU site), before sglang is imported
     import kda_kernels
@@ -120,31 +138,44 @@ def test_sglang_stages_drive_the_tier_and_uninstall_unhooks() -> None:
     emit({"before_import": before_import, "hooked": hooked, "seen": seen, "state": st, "unhooked": unhooked,
           "after_uninstall": tiers.current(), "table": type(g._VAE_FAST_PATH_GATES).__name__,
           "sglang_gate_still_registered": vae in g._VAE_FAST_PATH_GATES})
-    """, env=NO_QUALITY)
+    """,
+        env=NO_QUALITY,
+    )
     # install() inside `import sglang` imports neither hooked module: they are hooked when SGLang imports them
-    assert r["before_import"] == {"sglang.multimodal_gen.runtime.pipelines_core.stages.denoising": False,
-                                  "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate": False}
+    assert r["before_import"] == {
+        "sglang.multimodal_gen.runtime.pipelines_core.stages.denoising": False,
+        "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate": False,
+    }
     assert r["hooked"]
     s = r["seen"]
     assert s["start"] == "exact"  # as SGLang's fusion sites: unmounted until a request mounts them
     assert (s["dit_lossless"], s["dit_exact"], s["dit_high"]) == ("lossless", "exact", "lossless")
     assert (s["decode_exact"], s["decode_lossless"], s["after_decode"]) == ("exact", "lossless", "lossless")
-    assert (s["sglang_gate_in_exact"], s["sglang_gate_in_lossless"], s["sglang_gate_after"]) == (False, True, False)
+    assert (s["sglang_gate_in_exact"], s["sglang_gate_in_lossless"], s["sglang_gate_after"]) == (
+        False,
+        True,
+        False,
+    )
     assert s["bare_decode"] == "exact" and s["after_failed_decode"] == "lossless"
     assert r["state"]["calls"]["decode"] == 3 and r["state"]["hooks"] == {
         "sglang.multimodal_gen.runtime.pipelines_core.stages.denoising": True,
-        "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate": True}
+        "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate": True,
+    }
     assert r["unhooked"] and r["after_uninstall"] == "exact"
     assert r["table"] == "WeakKeyDictionary" and r["sglang_gate_still_registered"]
 
 
 @fx.needs_sglang
 def test_an_exact_request_gets_sglangs_function_and_a_lossless_one_the_impl(tmp_path: Path) -> None:
-    """A lossless impl (fixture norm_infer, fp32 math) serves only lossless work; exact work gets SGLang's call
+    """A lossless impl (fixture norm_infer, fp32 math) serves only lossless work; exact work gets SGLang's
+    call
     (its torch CPU path here), bit for bit; an exact-tier impl (fixture rotary) serves both."""
-    root = fx.make_tree(tmp_path, {"norm_infer": {"norm_infer": 1.2},
-                                   "rotary_embedding": {"apply_rotary_embedding": 1.1}})
-    r = fx.run_py(root, """
+    root = fx.make_tree(
+        tmp_path, {"norm_infer": {"norm_infer": 1.2}, "rotary_embedding": {"apply_rotary_embedding": 1.1}}
+    )
+    r = fx.run_py(
+        root,
+        """
     import kda_kernels
     from kda_kernels import tiers
     from kda_kernels.dispatch import trace_impl_calls
@@ -154,7 +185,8 @@ def test_an_exact_request_gets_sglangs_function_and_a_lossless_one_the_impl(tmp_
     x, w, b = torch.randn(64, 96), torch.rand(96) + 0.5, torch.randn(96)
     rot = torch.randn(1, 6, 2, 16)
     cos, sin = torch.rand(6, 8), torch.rand(6, 8)
-    from kda_kernels.diffusion.rotary_embedding._impls.h200.register import CALLS  # the fixture impl's counter
+    # the fixture impl's call counter
+    from kda_kernels.diffusion.rotary_embedding._impls.h200.register import CALLS
     out = {}
     for q in ("exact", "lossless"):
         before = CALLS["apply_rotary_embedding"]
@@ -164,9 +196,13 @@ def test_an_exact_request_gets_sglangs_function_and_a_lossless_one_the_impl(tmp_
         out[q] = {"calls": ran.calls, "equal_sglang": bool(torch.equal(y, base(x, w, b, 1e-5))),
                   "rotary_impl_calls": CALLS["apply_rotary_embedding"] - before}
     emit(out)
-    """, env={"KDA_FORCE_ARCH": "h200", **NO_QUALITY})
+    """,
+        env={"KDA_FORCE_ARCH": "h200", **NO_QUALITY},
+    )
     assert r["exact"]["calls"]["norm_infer"] == {"kda": 0, "sglang": 1}
     assert r["exact"]["equal_sglang"]
-    assert r["exact"]["rotary_impl_calls"] == 1  # exact tier: a forced arch's impl without supports() runs bare
+    assert (
+        r["exact"]["rotary_impl_calls"] == 1
+    )  # exact tier: a forced arch's impl without supports() runs bare
     assert r["lossless"]["calls"]["norm_infer"] == {"kda": 1, "sglang": 0}
     assert r["lossless"]["rotary_impl_calls"] == 1

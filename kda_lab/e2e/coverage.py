@@ -1,8 +1,10 @@
 """Which promoted kernels a default-tier request actually calls (issue #35 item 2), from e2e/rows.csv only.
 
 A row's ``coverage_on`` counts, per swap target and fast path, the calls the overlay served with KDA code and
-the calls it handed to SGLang (a lossless impl at the exact tier, a contract fallback, an SGLang fusion that took
-the call site away). Per family and tier, the latest GPU row of each (row, tier) is read: a family is **on** a tier's
+the calls it handed to SGLang (a lossless impl at the exact tier, a contract fallback, an SGLang fusion that
+took
+the call site away). Per family and tier, the latest GPU row of each (row, tier) is read: a family is **on** a
+tier's
 path when some row at that tier ran its KDA code, **off** when rows at that tier were measured and none did,
 and unknown when no GPU row was measured at that tier.
 """
@@ -44,7 +46,7 @@ def served(root: Path) -> dict[str, dict[str, dict[str, int]]]:
 
 
 def family_state(root: Path, functions: tuple[str, ...], tier: str = DEFAULT_TIER) -> str:
-    """"on" / "off" / "unmeasured" for a family (its swap targets and fast paths) at ``tier``."""
+    """ "on" / "off" / "unmeasured" for a family (its swap targets and fast paths) at ``tier``."""
     measured = any(r["quality"] == tier for r in latest_gpu_rows(root))
     if not measured:
         return "unmeasured"
@@ -53,7 +55,9 @@ def family_state(root: Path, functions: tuple[str, ...], tier: str = DEFAULT_TIE
 
 
 def flag(root: Path, family: str) -> str:
-    """The text `kda tasks` / `kda report` print for a promoted family: "" when a default-tier request runs it."""
+    """The text `kda tasks` / `kda report` print for a promoted family: "" when a default-tier request runs
+    it.
+    """
     from kda_kernels.registry import FAMILIES, FAST_PATH_FAMILIES
 
     fns = tuple(FAMILIES.get(family, ()))

@@ -1,7 +1,10 @@
-"""Check a :class:`recipes.Recipe` against the installed SGLang: every value SGLang's own objects hold is read back
-from them (registry, pipeline config, sampling params, decode precision, BCG lists, quality-gated fusion sites).
+"""Check a :class:`recipes.Recipe` against the installed SGLang: every value SGLang's own objects hold is read
+back
+from them (registry, pipeline config, sampling params, decode precision, BCG lists, quality-gated fusion
+sites).
 
-``mismatches(recipe)`` lists the differences (empty: the recipe is what SGLang serves); ``fusion_mismatches(recipe,
+``mismatches(recipe)`` lists the differences (empty: the recipe is what SGLang serves);
+``fusion_mismatches(recipe,
 dit)`` checks the fusion names against the sites a built DiT of the recipe's class carries. Needs
 ``runtime.init_sglang`` first (the registry and the stages import SGLang's model modules).
 """
@@ -43,10 +46,19 @@ def _spatial_stride(pc: Any) -> tuple[int, int]:
     if hasattr(pc, "vae_stride"):  # Wan 2.2 TI2V: the 48-channel VAE's stride (4, 16, 16)
         return int(pc.vae_stride[0]), int(pc.vae_stride[1])
     arch = pc.vae_config.arch_config
-    spatial = next(int(v) for a in ("scale_factor_spatial", "spatial_compression_ratio")
-                   if (v := getattr(arch, a, None)) is not None and int(v) > 1)
-    temporal = next((int(v) for a in ("scale_factor_temporal", "temporal_compression_ratio")
-                     if (v := getattr(arch, a, None)) is not None), 1)
+    spatial = next(
+        int(v)
+        for a in ("scale_factor_spatial", "spatial_compression_ratio")
+        if (v := getattr(arch, a, None)) is not None and int(v) > 1
+    )
+    temporal = next(
+        (
+            int(v)
+            for a in ("scale_factor_temporal", "temporal_compression_ratio")
+            if (v := getattr(arch, a, None)) is not None
+        ),
+        1,
+    )
     return temporal, spatial
 
 
@@ -149,14 +161,16 @@ def mismatches(recipe: Recipe) -> list[str]:
     deploy = pc.get_model_deployment_config()
     _diff(out, "bcg_default", recipe.bcg_default, recipe.pipeline in deploy.bcg_default_pipeline_class_names)
     refs = sa_mod._normalized_bcg_model_refs(recipe.hf_id)
-    validated = (type(pc).__name__ in sa_mod.BREAKABLE_CUDA_GRAPH_SUPPORTED_PIPELINE_CONFIGS
-                 and bool(refs & sa_mod.BREAKABLE_CUDA_GRAPH_SUPPORTED_MODEL_IDS))
+    validated = type(pc).__name__ in sa_mod.BREAKABLE_CUDA_GRAPH_SUPPORTED_PIPELINE_CONFIGS and bool(
+        refs & sa_mod.BREAKABLE_CUDA_GRAPH_SUPPORTED_MODEL_IDS
+    )
     _diff(out, "bcg_validated", recipe.bcg_validated, validated)
     return out
 
 
 def fusions_marked(dit: torch.nn.Module, quality: str = "lossless") -> tuple[str, ...]:
-    """Names (in ``sglang.kernels.ops.diffusion``) of the ``_QUALITY_FUSION_HANDLERS`` fusions that mark a site in
+    """Names (in ``sglang.kernels.ops.diffusion``) of the ``_QUALITY_FUSION_HANDLERS`` fusions that mark a
+    site in
     ``dit`` and that ``toggle_quality_fusions`` mounts at ``quality``."""
     sb.import_stages()
     import sglang.kernels.ops.diffusion as ops
@@ -164,8 +178,11 @@ def fusions_marked(dit: torch.nn.Module, quality: str = "lossless") -> tuple[str
     from sglang.multimodal_gen.runtime.pipelines_core.stages.denoising import _QUALITY_FUSION_HANDLERS
 
     names = {id(v): k for k, v in vars(ops).items() if isinstance(v, ops.QualityGatedFusion)}
-    return tuple(names[id(f)] for tier, f in _QUALITY_FUSION_HANDLERS
-                 if quality_allows(quality, tier) and next(iter(f.iter_sites(dit)), None) is not None)
+    return tuple(
+        names[id(f)]
+        for tier, f in _QUALITY_FUSION_HANDLERS
+        if quality_allows(quality, tier) and next(iter(f.iter_sites(dit)), None) is not None
+    )
 
 
 def fusion_mismatches(recipe: Recipe, dit: torch.nn.Module) -> list[str]:

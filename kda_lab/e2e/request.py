@@ -1,15 +1,20 @@
 """`kda e2e --request MODEL`: one whole default request of a served model, overlay off and on, by stage.
 
 A request is the recipe's denoising steps of the full-depth DiT (``kda_lab.e2e.recipes``: steps, and two DiT
-forwards per step where classifier-free guidance runs them one after the other) followed by the VAE decode of the
+forwards per step where classifier-free guidance runs them one after the other) followed by the VAE decode of
+the
 denoised latent, at the request's quality tier (default ``lossless``, SGLang's), eagerly as SGLang runs these
 pipelines by default (none of the recipes here turns breakable CUDA graphs on by default; the LTX-2 two-stage
-pipeline, which does, has no recipe runner yet). Text encoding is left out: it runs once per request in the text
+pipeline, which does, has no recipe runner yet). Text encoding is left out: it runs once per request in the
+text
 encoder, which the overlay does not touch.
 
-One DiT forward is timed (``stage = denoise_step``, interleaved off/on trials, CUDA events around the eager forward,
-so host-bound gaps count) and multiplied by the forwards per request (``steps`` column); the decode is timed whole
-(``stage = decode``). Each stage row carries its own agreement, coverage, shares and top kernels outside GEMM and
+One DiT forward is timed (``stage = denoise_step``, interleaved off/on trials, CUDA events around the eager
+forward,
+so host-bound gaps count) and multiplied by the forwards per request (``steps`` column); the decode is timed
+whole
+(``stage = decode``). Each stage row carries its own agreement, coverage, shares and top kernels outside GEMM
+and
 attention. The request's numbers are derived from the two rows (:func:`summarize`), never stored twice.
 """
 
@@ -46,19 +51,37 @@ def dit_row(r: recipes.Recipe) -> Row:
         "ltx2": functools.partial(models.build_ltx2, batch=r.dit_batch, text_tokens=r.text_tokens),
         "fastwan22_ti2v_5b": functools.partial(models.build_wan, arch_over=r.dit_arch, latent=r.latent),
     }[r.name]
-    # Wan, HunyuanVideo and Qwen-Image: SGLang's CPU forward needs sgl_kernel's CPU ops (models.Row.cpu_forward)
-    return Row(f"{r.name}_{DENOISE}", r.name, "dit", r.dit_module, torch.bfloat16, "", build,
-               cpu_forward=r.name not in ("qwen_image", "hunyuanvideo", "fastwan22_ti2v_5b"))
+    # Wan, HunyuanVideo and Qwen-Image: SGLang's CPU forward needs sgl_kernel's CPU ops
+    # (models.Row.cpu_forward)
+    return Row(
+        f"{r.name}_{DENOISE}",
+        r.name,
+        "dit",
+        r.dit_module,
+        torch.bfloat16,
+        "",
+        build,
+        cpu_forward=r.name not in ("qwen_image", "hunyuanvideo", "fastwan22_ti2v_5b"),
+    )
 
 
 def vae_row(r: recipes.Recipe) -> Row:
-    """The recipe's decode of its own denoised latent (``Recipe.latent``), built as SGLang's loader builds it."""
+    """The recipe's decode of its own denoised latent (``Recipe.latent``), built as SGLang's loader builds it.
+    """
     from kda_lab.e2e import vae_rows
 
     spec = vae_rows.REQUEST_VAES[r.name]
-    return Row(f"{r.name}_{DECODE}", r.name, "vae", r.vae_module, r.decode_dtype, "",
-               vae_rows.vae_row(spec.pipeline_config, spec.checkpoint, spec.tiny_key, r.latent, spec.tiny_latent,
-                                spec.seed))
+    return Row(
+        f"{r.name}_{DECODE}",
+        r.name,
+        "vae",
+        r.vae_module,
+        r.decode_dtype,
+        "",
+        vae_rows.vae_row(
+            spec.pipeline_config, spec.checkpoint, spec.tiny_key, r.latent, spec.tiny_latent, spec.seed
+        ),
+    )
 
 
 def forwards(r: recipes.Recipe) -> int:
@@ -89,8 +112,10 @@ def list_text() -> str:
     lines = []
     for r in recipes.RECIPES:
         state = "" if r.name in RUNNABLE else "  (no runner yet)"
-        lines.append(f"{r.name:<20} {r.steps:>3} steps x {r.dit_forwards_per_step} forward(s), {r.tokens} tokens, "
-                     f"{r.height}x{r.width}x{r.frames}, decode {str(r.decode_dtype).removeprefix('torch.')}{state}")
+        lines.append(
+            f"{r.name:<20} {r.steps:>3} steps x {r.dit_forwards_per_step} forward(s), {r.tokens} tokens, "
+            f"{r.height}x{r.width}x{r.frames}, decode {str(r.decode_dtype).removeprefix('torch.')}{state}"
+        )
     return "\n".join(lines)
 
 
@@ -116,7 +141,10 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     try:
         runtime.init_sglang(device, args.attention_backend)
     except Exception as e:  # noqa: BLE001 - one clear line, exit 2
-        print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(
+            f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
         return 2
     if device.startswith("cuda"):
         _build_promoted()
@@ -126,12 +154,41 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     results = []
     for stage, row, steps in ((DENOISE, dit_row(r), forwards(r)), (DECODE, vae_row(r), 1)):
         print(f"kda e2e: request {r.name}, {stage} ({row.module}) ...", file=sys.stderr, flush=True)
-        rec = run_row(row, device, tiny, args.blocks, args.trials, seed, profile=not args.no_profile,
-                      quality=quality, stage=stage, graphs_ok=False)
-        rec.update(request=r.name, steps=steps, run_id=run_id, arch=env.get("arch", ""),
-                   supersedes=args.supersedes or "",
-                   **{k: env.get(k, "") for k in ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda",
-                                                  "sglang", "git_commit", "git_dirty", "command")}, **_versions())
+        rec = run_row(
+            row,
+            device,
+            tiny,
+            args.blocks,
+            args.trials,
+            seed,
+            profile=not args.no_profile,
+            quality=quality,
+            stage=stage,
+            graphs_ok=False,
+        )
+        rec.update(
+            request=r.name,
+            steps=steps,
+            run_id=run_id,
+            arch=env.get("arch", ""),
+            supersedes=args.supersedes or "",
+            **{
+                k: env.get(k, "")
+                for k in (
+                    "gpu_name",
+                    "gpu_cc",
+                    "driver",
+                    "torch",
+                    "triton",
+                    "cuda",
+                    "sglang",
+                    "git_commit",
+                    "git_dirty",
+                    "command",
+                )
+            },
+            **_versions(),
+        )
         results.append(rec)
     if not args.no_record:
         ledger.append(repo_root(), results)
@@ -139,12 +196,17 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     summary = summarize(results)
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps({"rows": results, "request": summary},
-                                                                      indent=1, default=str))
+        (Path(out_dir) / f"e2e-{run_id}.json").write_text(
+            json.dumps({"rows": results, "request": summary}, indent=1, default=str)
+        )
         if not args.no_record:
             shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
-    print(f"kda e2e: request {r.name} run {run_id} on {env.get('gpu_name')} ({'tiny' if tiny else 'production'}, "
-          f"quality {quality}, {forwards(r)} DiT forwards, DiT blocks {args.blocks or 'full'}, {args.trials} trials)")
+    print(
+        f"kda e2e: request {r.name} run {run_id} on {env.get('gpu_name')} "
+        f"({'tiny' if tiny else 'production'}, "
+        f"quality {quality}, {forwards(r)} DiT forwards, DiT blocks {args.blocks or 'full'}, {args.trials} "
+        f"trials)"
+    )
     print(request_table(r.name, summary, results))
     return 1 if any(x["status"] != "ok" for x in results) else 0
 
@@ -156,8 +218,12 @@ def request_table(name: str, s: dict[str, Any], rows: list[dict[str, Any]]) -> s
     lines = [f"{'':<10} {'step ms':>9} {'denoise ms':>11} {'decode ms':>10} {'request ms':>11}"]
     for state in ("off", "on"):
         v = s[state]
-        lines.append(f"{'overlay ' + state:<10} {v['step_ms']:>9.2f} {v['denoise_ms']:>11.1f} {v['decode_ms']:>10.1f} "
-                     f"{v['request_ms']:>11.1f}")
-    lines.append(f"speedup: request {s['speedup']:.3f}x, denoise {s['denoise_speedup']:.3f}x, decode "
-                 f"{s['decode_speedup']:.3f}x; decode is {s['decode_share_off']:.0%} of the request (overlay off)")
+        lines.append(
+            f"{'overlay ' + state:<10} {v['step_ms']:>9.2f} {v['denoise_ms']:>11.1f} {v['decode_ms']:>10.1f} "
+            f"{v['request_ms']:>11.1f}"
+        )
+    lines.append(
+        f"speedup: request {s['speedup']:.3f}x, denoise {s['denoise_speedup']:.3f}x, decode "
+        f"{s['decode_speedup']:.3f}x; decode is {s['decode_share_off']:.0%} of the request (overlay off)"
+    )
     return "\n".join(lines)

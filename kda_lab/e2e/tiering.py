@@ -48,7 +48,8 @@ def vae_forward(vae: Any, forward: Callable[[], Any], quality: str) -> Callable[
 
 
 def fusions(module: Any, kind: str) -> dict[str, Any]:
-    """SGLang's quality-gated fusions with sites in ``module`` (name -> [enabled sites, sites]) and, for a VAE,
+    """SGLang's quality-gated fusions with sites in ``module`` (name -> [enabled sites, sites]) and, for a
+    VAE,
     whether SGLang installed a fast path gate for it (``optimize_vae``)."""
     out: dict[str, Any] = {}
     if kind in ("dit", "upsampler"):
@@ -71,8 +72,10 @@ def fusions(module: Any, kind: str) -> dict[str, Any]:
 def applier(row_kind: str, built: Any, quality: str) -> tuple[Callable[[], None], Callable[[], Any]]:
     """(re-apply after an overlay switch, the row's forward at ``quality``) for a row of ``row_kind``.
 
-    Every row re-mounts at ``quality`` after a switch: in a request the denoising stage has set the tier before
-    anything else runs, and a decode with no gate of its own (LTX-2's stage) runs in that tier. A VAE row's forward
+    Every row re-mounts at ``quality`` after a switch: in a request the denoising stage has set the tier
+    before
+    anything else runs, and a decode with no gate of its own (LTX-2's stage) runs in that tier. A VAE row's
+    forward
     then runs inside the decoding stage's gate: its own (``Built.at_quality``) or one put around it here."""
     module = built.module
 

@@ -20,7 +20,8 @@ class CallViolation(Exception):
 
 
 def named_tensors(args: Mapping[str, Any], skip: Iterable[str] = ()) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor an argument set holds: tensor arguments, and the parameters/buffers of module arguments."""
+    """Every tensor an argument set holds: tensor arguments, and the parameters/buffers of module arguments.
+    """
     skipped = set(skip)
     for name, value in args.items():
         if name in skipped:
@@ -70,24 +71,32 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return da == db and pa < pb + nb and pb < pa + na
 
 
-def aliased_inputs(outs: Iterable[torch.Tensor], args: Mapping[str, Any], writable: Iterable[str]) -> list[str]:
+def aliased_inputs(
+    outs: Iterable[torch.Tensor], args: Mapping[str, Any], writable: Iterable[str]
+) -> list[str]:
     """Read-only inputs (by name) whose memory an output shares."""
     outs = list(outs)
     return [name for name, t in named_tensors(args, writable) if any(shares_memory(o, t) for o in outs)]
 
 
-def check_call(outs: tuple[torch.Tensor, ...], args: Mapping[str, Any], before: Mapping[str, torch.Tensor],
-               writable: Iterable[str]) -> None:
+def check_call(
+    outs: tuple[torch.Tensor, ...],
+    args: Mapping[str, Any],
+    before: Mapping[str, torch.Tensor],
+    writable: Iterable[str],
+) -> None:
     """Raise CallViolation when the call wrote a read-only input or returned one (or a view of one)."""
     writable = tuple(writable)
     wrote = written_inputs(args, before)
     if wrote:
-        raise CallViolation(f"wrote its read-only input(s) {wrote} (only {list(writable) or 'no argument'} may be "
-                            "written)")
+        raise CallViolation(
+            f"wrote its read-only input(s) {wrote} (only {list(writable) or 'no argument'} may be written)"
+        )
     aliased = aliased_inputs(outs, args, writable)
     if aliased:
-        raise CallViolation(f"returned its input(s) {aliased} (or a view of them) as an output; outputs must be "
-                            "new memory")
+        raise CallViolation(
+            f"returned its input(s) {aliased} (or a view of them) as an output; outputs must be new memory"
+        )
 
 
 def _strides(t: torch.Tensor) -> tuple[int, ...]:
@@ -95,10 +104,12 @@ def _strides(t: torch.Tensor) -> tuple[int, ...]:
 
 
 def layout_problem(out: torch.Tensor, expect: torch.Tensor) -> str:
-    """How ``out`` differs from SGLang's output ``expect`` in dtype, shape, strides or device ('' if it does not).
+    """How ``out`` differs from SGLang's output ``expect`` in dtype, shape, strides or device ('' if it does
+    not).
     Strides of size-1 dimensions are not compared (they address nothing)."""
     if out.dtype != expect.dtype:
-        return f"dtype {str(out.dtype).removeprefix('torch.')} != SGLang's {str(expect.dtype).removeprefix('torch.')}"
+        got, want = str(out.dtype).removeprefix("torch."), str(expect.dtype).removeprefix("torch.")
+        return f"dtype {got} != SGLang's {want}"
     if tuple(out.shape) != tuple(expect.shape):
         return f"shape {list(out.shape)} != SGLang's {list(expect.shape)}"
     if out.device != expect.device:

@@ -1,7 +1,9 @@
-"""Whether a ledger row's ``git_commit`` backs it: the commit is in the repository's history (an ancestor of HEAD)
+"""Whether a ledger row's ``git_commit`` backs it: the commit is in the repository's history (an ancestor of
+HEAD)
 and holds the task's ``src/`` at the row's ``source_hash``.
 
-The exporter's gate and ``export.py --check`` count a check or bench row as evidence only when this holds, so a
+The exporter's gate and ``export.py --check`` count a check or bench row as evidence only when this holds, so
+a
 row that names a commit nobody has (``fff...``), or a commit whose sources hash to something else (measured on
 uncommitted edits), never promotes. Git only (no torch); results are cached per (repository, commit, folder).
 """
@@ -15,7 +17,9 @@ from pathlib import Path, PurePosixPath
 from kda_lab.task.schema import hash_contents, hashed_source
 
 
-def _git(cwd: Path | str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes] | None:
+def _git(
+    cwd: Path | str, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes] | None:
     try:
         return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, input=stdin, check=False)
     except FileNotFoundError:
@@ -41,7 +45,7 @@ def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
             pos = nl + 1
             continue
         size = int(head[2])
-        out[head[0].decode()] = data[nl + 1:nl + 1 + size]
+        out[head[0].decode()] = data[nl + 1 : nl + 1 + size]
         pos = nl + 1 + size + 1
     return out
 
@@ -112,6 +116,9 @@ def commit_gap(task_dir: Path, commit: str, source_hash: str) -> str:
     if why:
         return why
     if at_commit != source_hash:
-        return (f"git_commit {commit[:12]} holds {rel}/src at source hash {at_commit}, not the row's {source_hash} "
-                "(measured on uncommitted sources?)")
+        return (
+            f"git_commit {commit[:12]} holds {rel}/src at source hash {at_commit}, not the row's "
+            f"{source_hash} "
+            "(measured on uncommitted sources?)"
+        )
     return ""

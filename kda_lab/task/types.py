@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-_STR, _INT, _NUM, _BOOL, _LIST, _TABLE = "a string", "an integer", "a number", "true or false", "a list", "a table"
+_STR, _INT, _NUM, _BOOL, _LIST, _TABLE = (
+    "a string",
+    "an integer",
+    "a number",
+    "true or false",
+    "a list",
+    "a table",
+)
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -25,12 +32,39 @@ def _is(value: Any, kind: str) -> bool:
     return isinstance(value, dict)
 
 
-TOP = {"slug": _STR, "arch": _STR, "family": _STR, "title": _STR, "sglang_version": _STR, "notes": _STR,
-       "seeds": _INT, "functions": _LIST, "tolerances": _TABLE, "workloads": _LIST}
-FUNCTION = {"name": _STR, "sglang": _STR, "entry": _STR, "reads": _LIST, "writes": _LIST, "exact": _BOOL,
-            "note": _STR}
-WORKLOAD = {"name": _STR, "fn": _STR, "kind": _STR, "args": _TABLE, "model": _STR, "preset": _STR, "source": _STR,
-            "tags": _LIST, "bench": _BOOL, "note": _STR}
+TOP = {
+    "slug": _STR,
+    "arch": _STR,
+    "family": _STR,
+    "title": _STR,
+    "sglang_version": _STR,
+    "notes": _STR,
+    "seeds": _INT,
+    "functions": _LIST,
+    "tolerances": _TABLE,
+    "workloads": _LIST,
+}
+FUNCTION = {
+    "name": _STR,
+    "sglang": _STR,
+    "entry": _STR,
+    "reads": _LIST,
+    "writes": _LIST,
+    "exact": _BOOL,
+    "note": _STR,
+}
+WORKLOAD = {
+    "name": _STR,
+    "fn": _STR,
+    "kind": _STR,
+    "args": _TABLE,
+    "model": _STR,
+    "preset": _STR,
+    "source": _STR,
+    "tags": _LIST,
+    "bench": _BOOL,
+    "note": _STR,
+}
 TOLERANCE = {"atol": _NUM, "rtol": _NUM}
 
 
@@ -40,8 +74,11 @@ def _shown(value: Any) -> str:
 
 
 def _table(where: str, table: dict[str, Any], types: dict[str, str]) -> list[str]:
-    return [f"{where}{key} = {_shown(table[key])} must be {kind}" for key, kind in types.items()
-            if key in table and not _is(table[key], kind)]
+    return [
+        f"{where}{key} = {_shown(table[key])} must be {kind}"
+        for key, kind in types.items()
+        if key in table and not _is(table[key], kind)
+    ]
 
 
 def type_problems(raw: Any, where: str) -> list[str]:
@@ -62,7 +99,9 @@ def type_problems(raw: Any, where: str) -> list[str]:
     if _is(raw.get("tolerances", {}), _TABLE):
         for dtype, tol in raw.get("tolerances", {}).items():
             if not isinstance(tol, dict):
-                problems.append(f"{where}: tolerances.{dtype} = {_shown(tol)} must be a table {{atol = .., rtol = ..}}")
+                problems.append(
+                    f"{where}: tolerances.{dtype} = {_shown(tol)} must be a table {{atol = .., rtol = ..}}"
+                )
                 continue
             problems += _table(f"{where}: tolerances.{dtype}.", tol, TOLERANCE)
     for i, w in enumerate(raw.get("workloads") or [] if _is(raw.get("workloads", []), _LIST) else []):

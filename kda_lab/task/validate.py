@@ -29,7 +29,8 @@ def todo_markers(task_dir: Path) -> list[str]:
 
 
 def validate_task_dir(path: Path) -> list[str]:
-    """Every contract check of one folder; returns problems (empty = valid). Never raises: whatever breaks while
+    """Every contract check of one folder; returns problems (empty = valid). Never raises: whatever breaks
+    while
     checking is a problem line (`kda validate` goes on with the next task)."""
     try:
         return _validate(Path(path))

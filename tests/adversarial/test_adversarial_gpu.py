@@ -1,6 +1,9 @@
-"""The adversarial candidates (tests/adversarial/candidates/) on the GPU: the real `kda check` rejects every one
-that the CPU check rejects, and `kda bench` flags the two the CPU cannot see: the size-dependent shortcut (its large
-rows come out faster than a copy of their bytes: sol above SUSPECT_SOL) and the side-stream one (the timed region
+"""The adversarial candidates (tests/adversarial/candidates/) on the GPU: the real `kda check` rejects every
+one
+that the CPU check rejects, and `kda bench` flags the two the CPU cannot see: the size-dependent shortcut (its
+large
+rows come out faster than a copy of their bytes: sol above SUSPECT_SOL) and the side-stream one (the timed
+region
 never waits for its work: CUDA-graph capture refuses it, or its time is a fraction of the copy's).
 
 Run on an H200 (marker gpu): python3 -m pytest -m gpu tests/adversarial/test_adversarial_gpu.py -q
@@ -19,8 +22,10 @@ from tests.test_interpret_candidate import FSS, task_copy
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                       reason="needs an H200 (compute capability 9.0): the task is an h200 task"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs an H200 (compute capability 9.0): the task is an h200 task",
+    ),
 ]
 
 SMALL, LARGE = "test_tail_bc_modulation", "qwen_muladd_L4096"
@@ -43,8 +48,16 @@ def gpu_bench(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tup
 
     task_copy(tmp_path / "lab", FSS, candidate(name), monkeypatch)
     lines: list[str] = []
-    rows = run_bench(load_task(FSS), rows=[LARGE], trials=5, seed=3, compile_peer=False, public_peers=False,
-                     record=False, show=lines.append)
+    rows = run_bench(
+        load_task(FSS),
+        rows=[LARGE],
+        trials=5,
+        seed=3,
+        compile_peer=False,
+        public_peers=False,
+        record=False,
+        show=lines.append,
+    )
     return rows, "\n".join(lines)
 
 
@@ -60,8 +73,15 @@ def gpu_check_fp32(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     failed, lines = [], []
     for w in (w for w in task.workloads if w.name in (SMALL, LARGE)):
         impls = {"baseline": resolve_baseline(task.functions[w.fn]), "candidate": cand.exports[w.fn]}
-        for r in check_row(task, w.with_dtype("float32"), contract(task.family, w.fn), impls, seed=5,
-                           device="cuda", installed=cand.exports):
+        for r in check_row(
+            task,
+            w.with_dtype("float32"),
+            contract(task.family, w.fn),
+            impls,
+            seed=5,
+            device="cuda",
+            installed=cand.exports,
+        ):
             lines.append(r.describe())
             if r.impl == "candidate" and not r.ok:
                 failed.append(w.name)
@@ -75,7 +95,9 @@ def test_rejected_by_the_gpu_check(name: str, tmp_path: Path, monkeypatch: pytes
     assert any(reason in out for reason in REJECTED_ON_CPU[name]), out
 
 
-def test_size_shortcut_fails_the_check_on_large_rows_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_size_shortcut_fails_the_check_on_large_rows_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     failed, out = gpu_check("size_shortcut", tmp_path, monkeypatch)
     assert failed == [LARGE], out
 

@@ -1,5 +1,6 @@
-"""Adversarial candidate (tests/adversarial): fp16 arithmetic inside, behind an fp32 output. Known bad: the check must reject it."""
-
+"""Adversarial candidate (tests/adversarial): fp16 arithmetic inside, behind an fp32 output. Known bad: the
+check must reject it.
+"""
 
 from kda_kernels import lazy_baseline
 from kda_lab.families.fuse_scale_shift import fuse_scale_shift_reference as _right
@@ -12,7 +13,10 @@ def fuse_scale_shift_kernel(x, scale, shift, *args, **kwargs):
 
 EXPORTS = {
     "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
-    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel"),
-    "fuse_residual_layernorm_scale_shift_gate_select01_kernel":
-        lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
+    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_layernorm_scale_shift_gate_select01_kernel"
+    ),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
+    ),
 }

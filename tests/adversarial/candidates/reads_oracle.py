@@ -1,4 +1,6 @@
-"""Adversarial candidate (tests/adversarial): finds the harness'\''s expected result (oracle or SGLang output) in the caller'\''s frames and returns it. Known bad: the check must reject it."""
+"""Adversarial candidate (tests/adversarial): finds the harness'\''s expected result (oracle or SGLang output)
+in the caller'\''s frames and returns it. Known bad: the check must reject it.
+"""
 
 import sys
 
@@ -28,7 +30,10 @@ def fuse_scale_shift_kernel(x, scale, shift, *args, **kwargs):
 
 EXPORTS = {
     "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
-    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel"),
-    "fuse_residual_layernorm_scale_shift_gate_select01_kernel":
-        lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
+    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_layernorm_scale_shift_gate_select01_kernel"
+    ),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
+    ),
 }

@@ -1,4 +1,6 @@
-"""Adversarial candidate (tests/adversarial): does its work on a side stream the caller never waits for (GPU only; on CPU it is just right). Known bad: the check must reject it."""
+"""Adversarial candidate (tests/adversarial): does its work on a side stream the caller never waits for (GPU
+only; on CPU it is just right). Known bad: the check must reject it.
+"""
 
 import torch
 
@@ -18,7 +20,10 @@ def fuse_scale_shift_kernel(x, scale, shift, *args, **kwargs):
 
 EXPORTS = {
     "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
-    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel"),
-    "fuse_residual_layernorm_scale_shift_gate_select01_kernel":
-        lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
+    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_layernorm_scale_shift_gate_select01_kernel"
+    ),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
+    ),
 }

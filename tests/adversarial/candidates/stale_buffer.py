@@ -1,4 +1,6 @@
-"""Adversarial candidate (tests/adversarial): one output buffer per shape, overwritten by every call (earlier results change under the caller). Known bad: the check must reject it."""
+"""Adversarial candidate (tests/adversarial): one output buffer per shape, overwritten by every call (earlier
+results change under the caller). Known bad: the check must reject it.
+"""
 
 import torch
 
@@ -19,7 +21,10 @@ def fuse_scale_shift_kernel(x, scale, shift, *args, **kwargs):
 
 EXPORTS = {
     "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
-    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel"),
-    "fuse_residual_layernorm_scale_shift_gate_select01_kernel":
-        lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
+    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_layernorm_scale_shift_gate_select01_kernel"
+    ),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel": lazy_baseline(
+        "fuse_residual_layernorm_scale_shift_gate_select01_kernel"
+    ),
 }
