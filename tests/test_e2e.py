@@ -37,7 +37,8 @@ def run_e2e(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_row_cites_a_production_row_of_a_task() -> None:
-    from kda_lab.e2e.models import ROWS, all_rows
+    from kda_lab.e2e.models import ROWS
+    from kda_lab.e2e.rows import all_rows
 
     rows = all_rows()
     assert len({r.name for r in rows}) == len(rows)

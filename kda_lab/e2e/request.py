@@ -123,7 +123,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     import torch
 
     from kda_lab.e2e import ledger, runtime
-    from kda_lab.e2e.command import _build_promoted, _versions, run_row
+    from kda_lab.e2e.run import _build_promoted, _versions, run_row
     from kda_lab.measure import env as envmod
     from kda_lab.paths import repo_root
 

@@ -1,0 +1,155 @@
+"""One e2e row measured end to end (build, tier, agreement, timing, profile) and the overlay's build step:
+shared by `kda e2e`'s module rows (kda_lab.e2e.command) and its whole requests (kda_lab.e2e.request)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("transformers", "diffusers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = ""
+    return out
+
+
+def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, seed: int,
+            profile: bool, quality: str = "lossless", stage: str = "module", graphs_ok: bool = True) -> dict[str, Any]:
+    """Measure one row at SGLang request ``quality``; every failure becomes a row with status 'failed' and the
+    error (never a traceback). ``stage``: a request's stage (``kda_lab.e2e.request``), timed eagerly."""
+    import torch
+
+    from kda_lab.e2e import measure, runtime, tiering
+
+    rec: dict[str, Any] = {"row": row.name, "model": row.model, "module": row.module, "kind": row.kind,
+                           "quality": quality, "stage": stage,
+                           "cites": row.cites, "dtype": measure.DTYPE_NAMES.get(row.dtype, str(row.dtype)),
+                           "tiny": int(tiny), "trials": trials, "seed": seed,
+                           "blocks": "" if row.kind != "dit" else (blocks if blocks is not None else "full")}
+    cuda = device.startswith("cuda")
+    built = None
+    try:
+        built = row.build(device, tiny, blocks)
+        rec["config"] = json.dumps(built.config, sort_keys=True, default=str)
+        rec["shape"] = built.shape
+        if not cuda:
+            runtime.native_custom_ops(built.module)
+        retier, forward = tiering.applier(row.kind, built, quality)
+        measure.AFTER_SWITCH[:] = [retier]
+        prom = measure.promoted()
+        with torch.no_grad():
+            if not cuda and not row.cpu_forward:
+                measure.overlay(True)
+                st = measure.promoted()
+                measure.overlay(False)
+                rec.update(status="ok", timing="construction only (cpu)", agree="",
+                           overlay=_overlay_text(st, row), promoted=_promoted_text(prom),
+                           error="SGLang's CPU forward of this module needs sgl_kernel's CPU ops")
+                return rec
+            from kda_kernels.dispatch import trace_impl_calls
+
+            measure.overlay(False)
+            rec["fusions"] = json.dumps(tiering.fusions(built.module, row.kind), sort_keys=True)
+            with trace_impl_calls() as ran_off:
+                ref = forward().detach().clone()
+            rec["coverage_off"] = json.dumps(ran_off.calls, sort_keys=True)
+            measure.overlay(True)
+            st = measure.promoted()
+            with trace_impl_calls() as ran:  # judged by the kernels that ran in this model, not every promotion
+                out = forward().detach().clone()
+            rec["coverage_on"] = json.dumps(ran.calls, sort_keys=True)
+            measure.overlay(False)
+            if quality == "exact":  # SGLang's promise for the exact tier, kept through the overlay: bit for bit
+                tol = measure.Tolerance(0.0, 0.0, "exact tier: bit for bit")
+            else:
+                tol = measure.family_tolerance(ran, row.dtype)
+            ok, err = tol.check(ref, out)
+            tol_text = f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.source}; ran: {' '.join(sorted(ran)) or 'none'})"
+            if not ok and built.fp32_forward is not None and quality != "exact":
+                ok, tol_text = measure.model_agreement(ref, out, built.fp32_forward())
+            rec.update(agree=int(ok), max_abs_err=err, tolerance=tol_text,
+                       overlay=_overlay_text(st, row), promoted=_promoted_text(prom))
+            del ref, out
+            t = measure.time_states(forward, trials, seed, cuda, graphs_ok=graphs_ok)
+            rec["timing"] = t.method
+            for state in ("off", "on"):
+                dev, eag = t.device_ms[state] or t.eager_ms[state], t.eager_ms[state]
+                rec[f"{state}_device_ms"] = measure.quantile(dev, 0.5)
+                rec[f"{state}_device_p10_ms"] = measure.quantile(dev, 0.1)
+                rec[f"{state}_device_p90_ms"] = measure.quantile(dev, 0.9)
+                rec[f"{state}_eager_ms"] = measure.quantile(eag, 0.5)
+                rec[f"{state}_eager_p10_ms"] = measure.quantile(eag, 0.1)
+                rec[f"{state}_eager_p90_ms"] = measure.quantile(eag, 0.9)
+            rec["speedup"] = rec["off_device_ms"] / rec["on_device_ms"]
+            rec["eager_speedup"] = rec["off_eager_ms"] / rec["on_eager_ms"]
+            if profile:
+                from kda_lab.e2e.kernels import shares, top_kernels, vae_split
+
+                for state in ("off", "on"):
+                    with measure.ConvFlops(built.module) as flops:
+                        times = measure.profile_times(forward, state == "on", cuda)
+                    if row.kind == "vae":  # the decode split and the conv floor (issue #36)
+                        split = vae_split(times)
+                        rec[f"split_{state}"] = json.dumps(split, sort_keys=True)
+                        if split.get("conv"):
+                            rec[f"conv_tflops_{state}"] = flops.flops / (split["conv"] * 1e-3) / 1e12
+                    rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in shares(times).items()},
+                                                        sort_keys=True)
+                    rec[f"kernel_ms_{state}"] = sum(times.values()) / 1e3
+                    rec[f"top_kernels_{state}"] = json.dumps(top_kernels(times))
+        rec["status"] = "ok" if ok else "disagree"
+    except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
+        if os.environ.get("KDA_E2E_TRACEBACK"):
+            traceback.print_exc()
+    finally:
+        from kda_lab.e2e.measure import AFTER_SWITCH, overlay
+
+        AFTER_SWITCH.clear()
+        overlay(False)
+        del built
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return rec
+
+
+def _promoted_text(prom: dict[str, Any]) -> str:
+    return " ".join(f"{fn}={v['family']}:{v['source_hash']}" for fn, v in sorted(prom.items()))
+
+
+def _overlay_text(st: dict[str, Any], row: Any) -> str:
+    """Installed functions and the call sites rebound inside this row's SGLang module."""
+    mod = "sglang.multimodal_gen.runtime.models." + row.module.partition(":")[0]
+    parts = []
+    for fn, v in sorted(st.items()):
+        sites = [s for s in v["call_sites"] if s.startswith(mod + ".")]
+        parts.append(f"{fn}:{'installed' if v['installed'] else 'not installed'}"
+                     + (f" ({len(sites)} call site(s) in {row.module.partition(':')[0]})" if sites else ""))
+    return "; ".join(parts)
+
+
+def _build_promoted() -> None:
+    """install() never compiles (a missing build leaves SGLang's kernel in place), so "on" would time SGLang
+    on
+    both sides: build every promoted CUDA extension first (a lab command may compile; a serving process may
+    not).
+    """
+    import kda_kernels
+
+    for key, r in kda_kernels.build().items():
+        state = ("already built" if r.get("was_built") else f"built in {r['seconds']:.1f} s") if r["ok"] else \
+            f"FAIL {r['error'][-300:]} (overlay-on rows will time SGLang's kernel for this family)"
+        print(f"kda e2e: {key} extension {r['extension']}: {state}", file=sys.stderr, flush=True)
+
+
