@@ -62,14 +62,18 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
     out = tmp_path / "out"
     from kda_lab.e2e.models import ROWS
 
-    # the VAE decodes built through SGLang's loader run tiny in tests/test_e2e_vae_rows.py
-    r = run_e2e(root, "--trials", "1", "--seed", "3", "--out", str(out), "--rows", *(x.name for x in ROWS))
+    # the VAE decodes built through SGLang's loader run tiny in tests/test_e2e_vae_rows.py; the tiled HunyuanVideo
+    # decode runs at the exact tier (test_exact_tier_rows_...): at this tiny size its max-abs model-level criterion
+    # is decided by one fp16 ulp of one element, and the CPU's fp16 convolutions round differently from host to host
+    # (this host: 0.0106 vs 1.25 x 0.0064, also at 124fabb; the H200 rows agree at production size)
+    names = [x.name for x in ROWS if x.name != "hunyuanvideo_vae_decode_tiled"]
+    r = run_e2e(root, "--trials", "1", "--seed", "3", "--out", str(out), "--rows", *names)
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
     (result,) = out.glob("e2e-*.json")
     rows = {x["row"]: x for x in json.loads(result.read_text())}
 
-    assert set(rows) == {x.name for x in ROWS}
-    for row in ROWS:
+    assert set(rows) == set(names)
+    for row in (x for x in ROWS if x.name in names):
         rec = rows[row.name]
         assert rec["status"] == "ok", rec
         assert json.loads(rec["config"]), rec  # built from SGLang's config class with the tiny overrides
@@ -100,7 +104,7 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
     from kda_lab.e2e import ledger
 
     recorded = ledger.read(root)
-    assert [x["row"] for x in recorded] == [x.name for x in ROWS]
+    assert [x["row"] for x in recorded] == names
     assert all(x["transformers"] == "5.19.0" and x["diffusers"] == "0.37.0" for x in recorded)
     assert ledger.validate(root) == []
 
@@ -452,7 +456,7 @@ def test_exact_tier_rows_are_bit_for_bit_sglangs_with_the_overlay_installed(tmp_
     runs in Triton's interpreter at the default tier (model-level agreement) and is off at exact (bit for bit)."""
     root = lab_root(tmp_path)
     out = tmp_path / "out"
-    rows = ["hunyuanvideo_vae_decode", "zimage_dit"]
+    rows = ["hunyuanvideo_vae_decode", "hunyuanvideo_vae_decode_tiled", "zimage_dit"]
     r = run_e2e(root, "--trials", "1", "--seed", "5", "--out", str(out), "--no-profile", "--quality", "exact",
                 "--rows", *rows)
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
