@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import secrets
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from kda_lab.e2e.run import _build_promoted, _versions, run_row
+from kda_lab.e2e.run import run_row, stamp, start
 from kda_lab.measure.gpu_select import add_arguments as add_gpu_arguments
 from kda_lab.measure.gpu_select import select_gpu
 
@@ -45,7 +43,6 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
     from kda_lab.e2e import ledger, runtime, tiering
     from kda_lab.e2e import rows as e2e_rows
-    from kda_lab.measure import env as envmod
     from kda_lab.paths import repo_root
 
     try:
@@ -77,18 +74,12 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e} "
               "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
         return 2
-    if device.startswith("cuda"):
-        _build_promoted()
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
-    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    seed, env, run_id = start(device, args.seed)
     results = []
     for r in rows:
         print(f"kda e2e: {r.name} ({r.model}, {r.module}) ...", file=sys.stderr, flush=True)
         rec = run_row(r, device, tiny, blocks, args.trials, seed, profile=not args.no_profile, quality=quality)
-        rec.update(run_id=run_id, arch=env.get("arch", ""), supersedes=args.supersedes or "",
-                   **{k: env.get(k, "") for k in ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda",
-                                                  "sglang", "git_commit", "git_dirty", "command")}, **_versions())
+        stamp(rec, run_id, env, args.supersedes)
         results.append(rec)
     if not args.no_record:
         ledger.append(repo_root(), results)

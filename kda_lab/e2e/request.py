@@ -21,11 +21,9 @@ attention. The request's numbers are derived from the two rows (:func:`summarize
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import functools
 import json
 import os
-import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -123,8 +121,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     import torch
 
     from kda_lab.e2e import ledger, runtime
-    from kda_lab.e2e.run import _build_promoted, _versions, run_row
-    from kda_lab.measure import env as envmod
+    from kda_lab.e2e.run import run_row, stamp, start
     from kda_lab.paths import repo_root
 
     if args.request == "list" or args.list_requests:
@@ -146,49 +143,14 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
             file=sys.stderr,
         )
         return 2
-    if device.startswith("cuda"):
-        _build_promoted()
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
-    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    seed, env, run_id = start(device, args.seed)
     results = []
     for stage, row, steps in ((DENOISE, dit_row(r), forwards(r)), (DECODE, vae_row(r), 1)):
         print(f"kda e2e: request {r.name}, {stage} ({row.module}) ...", file=sys.stderr, flush=True)
-        rec = run_row(
-            row,
-            device,
-            tiny,
-            args.blocks,
-            args.trials,
-            seed,
-            profile=not args.no_profile,
-            quality=quality,
-            stage=stage,
-            graphs_ok=False,
-        )
-        rec.update(
-            request=r.name,
-            steps=steps,
-            run_id=run_id,
-            arch=env.get("arch", ""),
-            supersedes=args.supersedes or "",
-            **{
-                k: env.get(k, "")
-                for k in (
-                    "gpu_name",
-                    "gpu_cc",
-                    "driver",
-                    "torch",
-                    "triton",
-                    "cuda",
-                    "sglang",
-                    "git_commit",
-                    "git_dirty",
-                    "command",
-                )
-            },
-            **_versions(),
-        )
+        rec = run_row(row, device, tiny, args.blocks, args.trials, seed, profile=not args.no_profile,
+                      quality=quality, stage=stage, graphs_ok=False)
+        stamp(rec, run_id, env, args.supersedes)
+        rec.update(request=r.name, steps=steps)
         results.append(rec)
     if not args.no_record:
         ledger.append(repo_root(), results)

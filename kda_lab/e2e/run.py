@@ -10,6 +10,32 @@ import sys
 import traceback
 from typing import Any
 
+ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "git_commit", "git_dirty",
+               "command")
+
+
+def start(device: str, seed: int | None) -> tuple[int, dict[str, Any], str]:
+    """(seed, environment, run id) of a new run: the promoted extensions built first on a GPU."""
+    import datetime as _dt
+    import secrets
+
+    from kda_lab.measure import env as envmod
+    from kda_lab.paths import repo_root
+
+    if device.startswith("cuda"):
+        _build_promoted()
+    seed = seed if seed is not None else secrets.randbelow(2**31)
+    env = envmod.capture(repo_root(), device if device.startswith("cuda") else None)
+    run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return seed, env, run_id
+
+
+def stamp(rec: dict[str, Any], run_id: str, env: dict[str, Any], supersedes: str | None) -> dict[str, Any]:
+    """A measured row with its run, the environment columns and the import versions."""
+    rec.update(run_id=run_id, arch=env.get("arch", ""), supersedes=supersedes or "",
+               **{k: env.get(k, "") for k in ENV_COLUMNS}, **_versions())
+    return rec
+
 
 def _versions() -> dict[str, str]:
     from importlib import metadata
