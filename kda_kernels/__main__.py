@@ -18,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "status":
         import kda_kernels
+        from kda_kernels.build import impl_extensions
 
+        try:  # status() itself imports nothing; from a shell, load the promoted impls so their build state shows
+            impl_extensions()
+        except Exception as e:  # noqa: BLE001 - a broken impl is reported by status(), not by a traceback here
+            print(f"kda_kernels: could not load every promoted impl: {type(e).__name__}: {e}", file=sys.stderr)
         print(json.dumps(kda_kernels.status(), indent=2, default=str))
         return 0
     from kda_kernels.build import build

@@ -205,3 +205,27 @@ def test_status_says_where_calls_go_without_a_build():
     host = Extension(name="h", arch="h200", sources=("/x/nss_host.cpp",), with_cuda=True)
     assert _without_build(kernel) == "go to SGLang's kernel"
     assert "Python host path" in _without_build(host)
+
+
+def test_status_from_a_shell_shows_the_build_state_of_every_promoted_extension() -> None:
+    """`python -m kda_kernels status` (no install() in that process) reports each promoted CUDA extension's build
+    state, as docs/overlay.md promises; before this it printed `builds: {}` everywhere (issue 37 item 9)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from kda_kernels.build import impl_extensions
+
+    env = {**os.environ, "KDA_KERNELS_CACHE": "/nonexistent-kda-cache"}  # nothing built there
+    r = subprocess.run([sys.executable, "-m", "kda_kernels", "status"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = json.loads(r.stdout)
+    families = {fam for fam, _ in impl_extensions()}
+    assert families, "no promoted impl carries a CUDA extension: the test would check nothing"
+    seen = {v["family"] for v in st.values() if v.get("builds")}
+    assert families <= seen, (families, seen)
+    for v in st.values():
+        for arch, b in v.get("builds", {}).items():
+            assert b["built"] is False, (v["family"], arch, b)
