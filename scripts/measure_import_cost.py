@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
 """What the patched `import sglang` costs: `import sglang` alone vs `import sglang` + `kda_kernels.install()`
-(what
-patches/sglang_kda_kernels.patch appends), each in a fresh interpreter, interleaved, N trials each.
+(what patches/sglang_kda_kernels.patch appends), each in a fresh interpreter, interleaved, N trials each.
 
 Per trial it records the wall time of the import (and of install()), the number of modules loaded, and whether
 CUDA was initialised (torch.cuda.is_initialized()) by the end. The bound (issue 37): the patch adds <= 50 ms
-and
-never initialises CUDA. Prints one short table; writes import_cost.json to $OUT when OUT is set.
+and never initialises CUDA. Prints one short table; writes import_cost.json to $OUT when OUT is set.
 
     python scripts/measure_import_cost.py [--trials 10] [--bound-ms 50]
 
