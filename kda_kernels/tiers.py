@@ -1,13 +1,11 @@
 """Request quality tiers: which KDA kernels may serve the SGLang request running now.
 
 SGLang 0.5.23 requests carry ``quality`` (``configs/sample/sampling_params.py``: ``exact`` < ``lossless`` <
-``high``, default ``lossless``). ``exact`` promises the reference path bit for bit; ``lossless`` allows fast
-paths
-that keep the reference math and every operand's and accumulator's precision but move roundings; ``high`` may
-lower precision. Each swap target and fast path carries the lowest tier that may run it
-(``kda_kernels.registry``: ``exact`` where its task's contract checks it bit for bit against SGLang on every
-row,
-else ``lossless``: fp32 statistics and accumulation, SGLang's operand dtypes, roundings moved).
+``high``, default ``lossless``). ``exact`` promises the reference path bit for bit; ``lossless`` allows
+fast paths that keep the reference math and every operand's and accumulator's precision but move roundings;
+``high`` may lower precision. Each swap target and fast path carries the lowest tier that may run it
+(``kda_kernels.registry``: ``exact`` where its task's contract checks it bit for bit against SGLang on
+every row, else ``lossless``: fp32 statistics and accumulation, SGLang's operand dtypes, roundings moved).
 
 The tier of the running request reaches the overlay only through SGLang's own mechanisms, hooked here when
 their modules are imported (never inside ``import sglang``):
@@ -15,11 +13,11 @@ their modules are imported (never inside ``import sglang``):
 - **DiT steps**: the denoising stage mounts the request-gated fusions its tier allows
   (``pipelines_core/stages/denoising.py: toggle_quality_fusions`` over ``_QUALITY_FUSION_HANDLERS``).
   ``KDA_FUSION`` is appended to that table at tier ``lossless``: its ``mount`` opens the DiT scope, its
-  ``unmount`` closes it. Like SGLang's own sites it starts unmounted (the stage starts at ``exact`` and only
-  toggles when a request's tier differs).
+  ``unmount`` closes it. Like SGLang's own sites it starts unmounted (the stage starts at ``exact`` and
+  only toggles when a request's tier differs).
 - **VAE decodes**: every decode runs inside ``models/vaes/fast_path_gate.py: use_vae_fast_path(vae,
-  quality_allows(quality, "lossless"))``. The gate table it reads is replaced by one whose gates also push the
-  decode's answer for the duration of the ``with`` block (SGLang's own gates are kept and still set).
+  quality_allows(quality, "lossless"))``. The gate table it reads is replaced by one whose gates also push
+  the decode's answer for the duration of the ``with`` block (SGLang's own gates are kept and still set).
 - **Direct callers** (user code and the lab calling modules outside a pipeline): ``with
 quality("lossless"):``.
 
@@ -72,8 +70,7 @@ def allows_lossless() -> bool:
 @contextmanager
 def quality(level: str) -> Iterator[str]:
     """Run the block at ``level``: for code that calls SGLang modules outside a pipeline (inside one, the
-    stages
-    set the tier from the request)."""
+    stages set the tier from the request)."""
     level = normalize(level)
     with _lock:
         _stack.append(level)
@@ -105,7 +102,8 @@ def state() -> dict[str, Any]:
 
 class _KdaFusion:
     """An entry of SGLang's ``_QUALITY_FUSION_HANDLERS``: the lossless-tier KDA kernels of a transformer.
-    ``toggle_quality_fusions`` calls ``mount`` when the request's tier allows ``lossless``, else ``unmount``.
+    ``toggle_quality_fusions`` calls ``mount`` when the request's tier allows ``lossless``, else
+    ``unmount``.
     """
 
     name = "kda_kernels"
@@ -152,8 +150,8 @@ def _hook_denoising(mod: Any) -> Callable[[], None]:
 
 class _ScopedGate:
     """What ``use_vae_fast_path`` gets for one decode: SGLang's gate for the VAE (or none), whose two writes,
-    ``enabled = <tier allows lossless>`` on entry and ``enabled = previous`` on exit, also open and close the
-    decode's scope here."""
+    ``enabled = <tier allows lossless>`` on entry and ``enabled = previous`` on exit, also open and close
+    the decode's scope here."""
 
     __slots__ = ("_inner", "_writes")
 

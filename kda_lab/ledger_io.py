@@ -1,12 +1,12 @@
 """The machinery every append-only ledger shares: UTF-8 reads, locked appends, the hash chain, chained CSV,
 and the append-only rules against git. One place: the task ledgers (:mod:`kda_lab.ledger`), the e2e ledger
 (:mod:`kda_lab.e2e.ledger`, which keeps its own columns) and the GPU box merge
-(:mod:`kda_lab.measure.box_ledgers`)
-all write through here.
+(:mod:`kda_lab.measure.box_ledgers`) all write through here.
 
-Appends take an exclusive ``fcntl`` lock on the ledger file and read the file again under it, so the new rows
-chain from the last row actually in the file: two processes appending at once no longer break the chain (each
-chained from the tail it had read before the other wrote). Readers take no lock (an append is one write).
+Appends take an exclusive ``fcntl`` lock on the ledger file and read the file again under it, so the new
+rows chain from the last row actually in the file: two processes appending at once no longer break the
+chain (each chained from the tail it had read before the other wrote). Readers take no lock (an append is
+one write).
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ def read_text(path: Path) -> str:
 
 def append_locked(path: Path, build: Callable[[str], str]) -> str:
     """Append ``build(current text)`` to ``path`` under an exclusive lock, the text read again under the lock
-    (a
-    new file is created). Returns what was appended."""
+    (a new file is created). Returns what was appended."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+b") as f:
@@ -158,8 +157,7 @@ def validate_csv(
     unique: tuple[str, ...] = (),
 ) -> list[str]:
     """Header, numbers, environment columns, ``check`` (a problem or ''), duplicate ``unique`` keys, hash
-    chain,
-    a cut last line, and append-only against the whole git history and HEAD."""
+    chain, a cut last line, and append-only against the whole git history and HEAD."""
     path = Path(path)
     if not path.exists():
         return []
@@ -253,8 +251,8 @@ _NO_BLOB = "0" * 40
 
 
 def validate_git_history(path: Path) -> list[str]:
-    """Every committed version of the ledger extends the version in each parent commit (all history
-    reachable from HEAD, merges included): committing a ledger with its last rows dropped is caught."""
+    """Every committed version of the ledger extends the version in each parent commit (all history reachable
+    from HEAD, merges included): committing a ledger with its last rows dropped is caught."""
     path = Path(path).resolve()
     loc = _repo_path(path)
     if loc is None:

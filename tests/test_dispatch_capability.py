@@ -1,9 +1,7 @@
 """Runtime dispatch goes by compute capability alone (docs/overlay.md, Dispatch): every capability-(9, 0) GPU
-(H100,
-GH200, H20, H200) gets the h200 impls and every (10, 0) GPU the b200 ones, whatever its name; other
-capabilities
-get SGLang's baseline. The device query is replaced by each GPU's (name, capability); the arch map is the real
-one.
+(H100, GH200, H20, H200) gets the h200 impls and every (10, 0) GPU the b200 ones, whatever its name; other
+capabilities get SGLang's baseline. The device query is replaced by each GPU's (name, capability); the arch
+map is the real one.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The VAE rows, ``sglang_build`` and the recipe table against SGLang 0.5.23 on the CPU.
 
 SGLang's runtime state is process-global (and ``runtime.cpu_e2e_site`` puts transformers on the path), so the
-checks
-run once in a subprocess (``python -m tests.test_e2e_vae_rows``), as ``kda e2e`` runs; it prints one JSON
-record
-per check and the tests assert on them.
+checks run once in a subprocess (``python -m tests.test_e2e_vae_rows``), as ``kda e2e`` runs; it prints one
+JSON record per check and the tests assert on them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """No candidate and no broken file can end the lab's commands, and no traceback reaches a user (issue 37,
 6-8).
 
-- register.py that exits (sys.exit(0)), is interrupted or raises: `kda validate` reports it and goes on over
+- register.py that exits (sys.exit(0)), is interrupted or raises: `kda validate` reports it and goes on
+  over
 every
   task; `kda check --interpret` exits non-zero with one line; a candidate that exits at call time fails its
   row.
-- task.toml values of the wrong type (arch = ["h200"], atol = "tiny", tolerances = 3): one clear line each in
-  validate, tasks and check, and `export.py --check` does not say ok.
+- task.toml values of the wrong type (arch = ["h200"], atol = "tiny", tolerances = 3): one clear line each
+  in validate, tasks and check, and `export.py --check` does not say ok.
 - a ledger that is not UTF-8: one line in validate, tasks and report.
 - `kda check --interpret --rows nosuch`: a clear error, exit 2.
 """

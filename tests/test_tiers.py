@@ -3,10 +3,8 @@ says so.
 
 The tier reaches the overlay through SGLang's own mechanisms (kda_kernels.tiers): the denoising stage's
 ``toggle_quality_fusions`` over ``_QUALITY_FUSION_HANDLERS`` (the overlay's entry mounts with SGLang's
-lossless
-fusions) and the decoding stage's ``use_vae_fast_path`` gate. These tests drive both with SGLang's real
-functions
-and check that an exact-tier call through the overlay is SGLang's call.
+lossless fusions) and the decoding stage's ``use_vae_fast_path`` gate. These tests drive both with SGLang's
+real functions and check that an exact-tier call through the overlay is SGLang's call.
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ NO_QUALITY = {
 
 def tier_mismatches(targets: tuple, kernels: Path) -> list[str]:
     """Swap targets whose registry tier is not what the task contracts say: ``exact`` exactly where a task of
-    the
-    target's family declares the function ``exact = true`` (checked bit for bit against SGLang on every row).
+    the target's family declares the function ``exact = true`` (checked bit for bit against SGLang on every
+    row).
     """
     exact: dict[str, bool] = {}
     for toml in sorted(kernels.glob("h200_*/task.toml")):
@@ -168,8 +166,7 @@ def test_sglang_stages_drive_the_tier_and_uninstall_unhooks() -> None:
 @fx.needs_sglang
 def test_an_exact_request_gets_sglangs_function_and_a_lossless_one_the_impl(tmp_path: Path) -> None:
     """A lossless impl (fixture norm_infer, fp32 math) serves only lossless work; exact work gets SGLang's
-    call
-    (its torch CPU path here), bit for bit; an exact-tier impl (fixture rotary) serves both."""
+    call (its torch CPU path here), bit for bit; an exact-tier impl (fixture rotary) serves both."""
     root = fx.make_tree(
         tmp_path, {"norm_infer": {"norm_infer": 1.2}, "rotary_embedding": {"apply_rotary_embedding": 1.1}}
     )

@@ -1,12 +1,10 @@
 """Which promoted kernels a default-tier request actually calls (issue #35 item 2), from e2e/rows.csv only.
 
-A row's ``coverage_on`` counts, per swap target and fast path, the calls the overlay served with KDA code and
-the calls it handed to SGLang (a lossless impl at the exact tier, a contract fallback, an SGLang fusion that
-took
-the call site away). Per family and tier, the latest GPU row of each (row, tier) is read: a family is **on** a
-tier's
-path when some row at that tier ran its KDA code, **off** when rows at that tier were measured and none did,
-and unknown when no GPU row was measured at that tier.
+A row's ``coverage_on`` counts, per swap target and fast path, the calls the overlay served with KDA code
+and the calls it handed to SGLang (a lossless impl at the exact tier, a contract fallback, an SGLang fusion
+that took the call site away). Per family and tier, the latest GPU row of each (row, tier) is read: a
+family is **on** a tier's path when some row at that tier ran its KDA code, **off** when rows at that tier
+were measured and none did, and unknown when no GPU row was measured at that tier.
 """
 
 from __future__ import annotations

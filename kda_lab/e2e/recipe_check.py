@@ -1,12 +1,11 @@
 """Check a :class:`recipes.Recipe` against the installed SGLang: every value SGLang's own objects hold is read
-back
-from them (registry, pipeline config, sampling params, decode precision, BCG lists, quality-gated fusion
-sites).
+back from them (registry, pipeline config, sampling params, decode precision, BCG lists, quality-gated
+fusion sites).
 
 ``mismatches(recipe)`` lists the differences (empty: the recipe is what SGLang serves);
-``fusion_mismatches(recipe,
-dit)`` checks the fusion names against the sites a built DiT of the recipe's class carries. Needs
-``runtime.init_sglang`` first (the registry and the stages import SGLang's model modules).
+``fusion_mismatches(recipe, dit)`` checks the fusion names against the sites a built DiT of the recipe's
+class carries. Needs ``runtime.init_sglang`` first (the registry and the stages import SGLang's model
+modules).
 """
 
 from __future__ import annotations
@@ -170,8 +169,7 @@ def mismatches(recipe: Recipe) -> list[str]:
 
 def fusions_marked(dit: torch.nn.Module, quality: str = "lossless") -> tuple[str, ...]:
     """Names (in ``sglang.kernels.ops.diffusion``) of the ``_QUALITY_FUSION_HANDLERS`` fusions that mark a
-    site in
-    ``dit`` and that ``toggle_quality_fusions`` mounts at ``quality``."""
+    site in ``dit`` and that ``toggle_quality_fusions`` mounts at ``quality``."""
     sb.import_stages()
     import sglang.kernels.ops.diffusion as ops
     from sglang.multimodal_gen.configs.sample.sampling_params import quality_allows

@@ -1,70 +1,53 @@
 """Whole default requests of SGLang 0.5.23 diffusion models, as data an e2e runner can use directly.
 
 One :class:`Recipe` per served model: the pipeline and its configs, the default sampling (steps, guidance and
-how
-classifier-free guidance runs the transformer), the default size and the tokens the DiT sees there, the DiT
-class and
-the checkpoint arch over SGLang's config defaults, the VAE decode at ``quality="lossless"`` (the request
-default), the
-breakable-CUDA-graph default and the quality-gated DiT fusions that mark sites in the DiT. Paths below are
-under
-``sglang/multimodal_gen/`` (0.5.23):
+how classifier-free guidance runs the transformer), the default size and the tokens the DiT sees there, the
+DiT class and the checkpoint arch over SGLang's config defaults, the VAE decode at ``quality="lossless"`` (the
+request default), the breakable-CUDA-graph default and the quality-gated DiT fusions that mark sites in the
+DiT. Paths below are under ``sglang/multimodal_gen/`` (0.5.23):
 
 - registry: ``configs/pipeline_configs/<model>.py: register()`` maps ``hf_id`` to ``(sampling_params,
   pipeline_config)`` (wan.py:558-571, qwen_image.py:882-885, zimage.py:548-560, flux.py:912-916,
-  hunyuan.py:181-185,
-  ltx_2.py:695-698); ``pipeline``: the ``pipeline_name`` the checkpoint's ``model_index.json`` selects
-  (``runtime/pipelines/*.py``), ``LTX2TwoStagePipeline`` by ``--pipeline-class-name``.
+  hunyuan.py:181-185, ltx_2.py:695-698); ``pipeline``: the ``pipeline_name`` the checkpoint's
+  ``model_index.json`` selects (``runtime/pipelines/*.py``), ``LTX2TwoStagePipeline`` by
+  ``--pipeline-class-name``.
 - steps / guidance / size: the sampling-params class defaults (sample/qwenimage.py:10-15,
 sample/zimage.py:11-34,
   sample/flux.py:11-19, sample/hunyuan.py:11-19, sample/ltx_2.py:9-29, sample/wan.py:218-226). FastWan's 3
-  steps are
-  ``FastWan2_2_TI2V_5B_Config.dmd_denoising_steps`` (pipeline_configs/wan.py:273-277) run by
-  ``DmdDenoisingStage``
-  (stages/denoising_dmd.py:76-86), which ignores the step count and guidance of its sampling params.
-  Qwen-Image and
-  Z-Image leave height/width ``None``: the OpenAI image API's default ``size="1024x1024"``
-  (entrypoints/openai/protocol.py:57) is the served default (the offline ``generate`` path falls back to
-  1280x720,
-  stages/input_validation.py:477).
+  steps are ``FastWan2_2_TI2V_5B_Config.dmd_denoising_steps`` (pipeline_configs/wan.py:273-277) run by
+  ``DmdDenoisingStage`` (stages/denoising_dmd.py:76-86), which ignores the step count and guidance of its
+  sampling params. Qwen-Image and Z-Image leave height/width ``None``: the OpenAI image API's default
+  ``size="1024x1024"`` (entrypoints/openai/protocol.py:57) is the served default (the offline ``generate``
+  path falls back to 1280x720, stages/input_validation.py:477).
 - CFG: ``SamplingParams.should_use_classifier_free_guidance`` (sample/sampling_params.py:592; Z-Image's
   sample/zimage.py:18) decides; the shared ``DenoisingStage._predict_noise_with_cfg`` then runs the
-  conditional and
-  unconditional branches as two transformer forwards one after the other (stages/denoising.py:2294); LTX-2's
-  stage
-  concatenates them into one forward of batch 2 (stages/model_specific_stages/ltx_2/denoising.py:1747-1795)
-  and its
-  two-stage refinement runs positive-only (same file, 1748-1752). ``should_use_guidance``: the pipeline
-  config's flag
-  (base.py:165): the pipeline hands the DiT a guidance value (FLUX.1 and HunyuanVideo embed it; no second
-  forward).
+  conditional and unconditional branches as two transformer forwards one after the other
+  (stages/denoising.py:2294); LTX-2's stage concatenates them into one forward of batch 2
+  (stages/model_specific_stages/ltx_2/denoising.py:1747-1795) and its two-stage refinement runs positive-only
+  (same file, 1748-1752). ``should_use_guidance``: the pipeline config's flag (base.py:165): the pipeline
+  hands the DiT a guidance value (FLUX.1 and HunyuanVideo embed it; no second forward).
 - decode dtype: ``utils/precision.py: resolve_decode_precision`` over ``vae_decode_precision`` /
 ``vae_precision``
   (pipeline_configs/wan.py:102-103,253; qwen_image.py:160; zimage.py:88; flux.py:52; hunyuan.py:116;
-  ltx_2.py:196);
-  ``vae_tiling``: the pipeline config (base.py:187 default True; wan.py:86, qwen_image.py:156, flux.py:45
-  False).
+  ltx_2.py:196); ``vae_tiling``: the pipeline config (base.py:187 default True; wan.py:86, qwen_image.py:156,
+  flux.py:45 False).
 - BCG: ``ServerArgs._breakable_cuda_graph_default`` (runtime/server_args/server_args.py:867-911) turns it on
 only
   for a pipeline in its config's ``bcg_default_pipeline_class_names`` (only LTX-2's ``LTX2TwoStagePipeline``,
   pipeline_configs/ltx_2.py:213) on CUDA with >= 130 GB (``LTX2_RESIDENT_AUTO_ENABLE_MEM_GB``,
-  server_args.py:104:
-  an H200, not an H100), server warmup, no offload/LoRA/compile; ``bcg_validated``: the config is in
-  ``BREAKABLE_CUDA_GRAPH_SUPPORTED_PIPELINE_CONFIGS`` and the model id in ``..._MODEL_IDS``
-  (server_args.py:195-270),
-  i.e. ``--enable-breakable-cuda-graph`` runs without the "not validated" warning.
+  server_args.py:104: an H200, not an H100), server warmup, no offload/LoRA/compile; ``bcg_validated``: the
+  config is in ``BREAKABLE_CUDA_GRAPH_SUPPORTED_PIPELINE_CONFIGS`` and the model id in ``..._MODEL_IDS``
+  (server_args.py:195-270), i.e. ``--enable-breakable-cuda-graph`` runs without the "not validated" warning.
 - fusions: the entries of ``_QUALITY_FUSION_HANDLERS`` (stages/denoising.py:182-202) whose fusion marks a site
 in
   the DiT class (``FUSED_LINEAR_GELU.mark`` etc. in models/dits/*.py), all tier "lossless": mounted by
   ``toggle_quality_fusions`` for a default request.
 - DiT arch: the checkpoint's ``transformer/config.json`` values that differ from SGLang's DiT config defaults
   (Qwen-Image: 60 layers, 3584-wide text; Wan 2.2 TI2V-5B: 30 layers, 24x128 heads, FFN 14336, 48 channels;
-  LTX-2:
-  split RoPE); tokens are the DiT's sequence at the default size after patchify.
+  LTX-2: split RoPE); tokens are the DiT's sequence at the default size after patchify.
 
 ``tests/test_e2e_vae_rows.py`` reads every value SGLang's own objects hold back from them (``recipe_check``),
-so the
-table cannot drift silently from the installed SGLang.
+so the table cannot drift silently from the installed SGLang.
 """
 
 from __future__ import annotations

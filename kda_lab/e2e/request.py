@@ -2,20 +2,16 @@
 
 A request is the recipe's denoising steps of the full-depth DiT (``kda_lab.e2e.recipes``: steps, and two DiT
 forwards per step where classifier-free guidance runs them one after the other) followed by the VAE decode of
-the
-denoised latent, at the request's quality tier (default ``lossless``, SGLang's), eagerly as SGLang runs these
-pipelines by default (none of the recipes here turns breakable CUDA graphs on by default; the LTX-2 two-stage
-pipeline, which does, has no recipe runner yet). Text encoding is left out: it runs once per request in the
-text
-encoder, which the overlay does not touch.
+the denoised latent, at the request's quality tier (default ``lossless``, SGLang's), eagerly as SGLang runs
+these pipelines by default (none of the recipes here turns breakable CUDA graphs on by default; the LTX-2
+two-stage pipeline, which does, has no recipe runner yet). Text encoding is left out: it runs once per request
+in the text encoder, which the overlay does not touch.
 
 One DiT forward is timed (``stage = denoise_step``, interleaved off/on trials, CUDA events around the eager
-forward,
-so host-bound gaps count) and multiplied by the forwards per request (``steps`` column); the decode is timed
-whole
-(``stage = decode``). Each stage row carries its own agreement, coverage, shares and top kernels outside GEMM
-and
-attention. The request's numbers are derived from the two rows (:func:`summarize`), never stored twice.
+forward, so host-bound gaps count) and multiplied by the forwards per request (``steps`` column); the decode
+is timed whole (``stage = decode``). Each stage row carries its own agreement, coverage, shares and top
+kernels outside GEMM and attention. The request's numbers are derived from the two rows (:func:`summarize`),
+never stored twice.
 """
 
 from __future__ import annotations

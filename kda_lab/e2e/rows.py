@@ -14,7 +14,8 @@ def all_rows() -> tuple[Row, ...]:
 
 def select(names: list[str] | None, models: list[str] | None) -> list[Row]:
     """Rows by row name and/or model name (case-insensitive substring of ``model``); all when neither is
-    given."""
+    given.
+    """
     rows = list(all_rows())
     by_name = {r.name: r for r in rows}
     if names:

@@ -1,69 +1,57 @@
 """A VAE as SGLang 0.5.23 serves it: built, loaded, placed and decoded by SGLang's own functions.
 
-A module built by calling its class is not what a default request runs. Between the class and ``vae.decode``
-SGLang's
-loader, platform, component manager and decoding stage each change something; this module applies exactly
-those
-steps to a freshly built module, calling the SGLang function that does each one (paths under
-``sglang/multimodal_gen/``):
+A module built by calling its class is not what a default request runs. Between the class and
+``vae.decode`` SGLang's loader, platform, component manager and decoding stage each change something; this
+module applies exactly those steps to a freshly built module, calling the SGLang function that does each
+one (paths under ``sglang/multimodal_gen/``):
 
 ==================
-==================================================================================================
-here                SGLang
-==================
+================================================================================================== here
+SGLang ==================
 ==================================================================================================
 ``server_args`` ``runtime/server_args/server_args.py: ServerArgs`` (the real dataclass, explicit pipeline
-config)
-``build_vae`` ``runtime/loader/component_loaders/vae_loader.py: VAELoader.load_customized``: the load dtype
+config) ``build_vae`` ``runtime/loader/component_loaders/vae_loader.py: VAELoader.load_customized``: the
+load dtype
                     (``utils/precision.py: resolve_component_precision``, else
-                    ``PRECISION_TO_TYPE[vae_precision]``),
-                    ``vae_config.update_model_arch(<checkpoint config.json>)`` + ``post_init``, the class from
-                    ``runtime/models/registry.py: ModelRegistry.resolve_model_cls(_class_name)``, built by
-                    ``runtime/loader/utils.py: initialize_model``; seeded random weights stand in for the
-                    checkpoint
+                    ``PRECISION_TO_TYPE[vae_precision]``), ``vae_config.update_model_arch(<checkpoint
+                    config.json>)`` + ``post_init``, the class from ``runtime/models/registry.py:
+                    ModelRegistry.resolve_model_cls(_class_name)``, built by ``runtime/loader/utils.py:
+                    initialize_model``; seeded random weights stand in for the checkpoint
 ``vae_as_loaded`` the rest of ``load_customized``: ``_should_use_channels_last_3d`` /
 ``_channels_last_3d_prefix`` /
                     ``_convert_conv3d_weights_to_channels_last_3d``,
-                    ``_hold_decoder_weights_in_decode_dtype``, then
-                    ``current_platform.optimize_vae`` (``runtime/platforms/cuda.py:
-                    CudaPlatformBase.optimize_vae``:
-                    the quality-gated FLUX.2 / AutoencoderKL / Wan / Qwen-Image / MiniMax-H3 fast paths; a
-                    no-op on
-                    the CPU platform)
+                    ``_hold_decoder_weights_in_decode_dtype``, then ``current_platform.optimize_vae``
+                    (``runtime/platforms/cuda.py: CudaPlatformBase.optimize_vae``: the quality-gated FLUX.2
+                    / AutoencoderKL / Wan / Qwen-Image / MiniMax-H3 fast paths; a no-op on the CPU
+                    platform)
 ``place_for_decode`` ``runtime/managers/memory_managers/component_residency_strategies.py:
 _module_to_local_device``
-                    with the stage's declared ``ComponentUse.target_dtype`` (``DecodingStage.component_uses``:
-                    the
-                    request-independent decode dtype): the VAE is cast to it when the decode first uses it
+                    with the stage's declared ``ComponentUse.target_dtype``
+                    (``DecodingStage.component_uses``: the request-independent decode dtype): the VAE is
+                    cast to it when the decode first uses it
 ``decode_dtype``    ``utils/precision.py: resolve_decode_precision(server_args, "vae", quality=...)`` (what
                     ``DecodingStage.forward`` passes as ``vae_dtype``)
 ``decode``          ``runtime/pipelines_core/stages/decoding.py: DecodingStage.forward``'s decode:
                     ``use_vae_fast_path(vae, quality_allows(quality, "lossless"))`` around
-                    ``DecodingStage.decode``
-                    (``decode_raw``: ``scale_and_shift``, ``pipeline_config.preprocess_decoding``,
-                    ``autocast_context``, ``vae_tiling`` -> ``vae.enable_tiling()``, the cast when autocast is
-                    off,
-                    ``temporary_module_dtype``, ``_get_vae_decode_fn``; then ``_to_unit_range``). LTX-2
-                    pipelines
-                    decode in ``stages/model_specific_stages/ltx_2/decoding_av.py:
-                    LTX2AVDecodingStage._decode_video``
-                    (external de-normalization, no fast-path gate, no quality in its dtype), called here as is
+                    ``DecodingStage.decode`` (``decode_raw``: ``scale_and_shift``,
+                    ``pipeline_config.preprocess_decoding``, ``autocast_context``, ``vae_tiling`` ->
+                    ``vae.enable_tiling()``, the cast when autocast is off, ``temporary_module_dtype``,
+                    ``_get_vae_decode_fn``; then ``_to_unit_range``). LTX-2 pipelines decode in
+                    ``stages/model_specific_stages/ltx_2/decoding_av.py:
+                    LTX2AVDecodingStage._decode_video`` (external de-normalization, no fast-path gate, no
+                    quality in its dtype), called here as is
 ==================
 ==================================================================================================
 
 SGLang's stages package imports its VLA (robot-action) stage, whose observation hashing imports the LLM
-runtime's
-``sglang.srt.managers.mm_utils``, which reaches ``openai`` (not a dependency of the lab's CPU or GPU e2e
-environments).
-:func:`import_stages` stands in a ``mm_utils`` whose only name the VLA stage imports, ``tensor_hash``, raises,
-when and
-only when the real module cannot be imported; nothing on a decode or denoise path calls it.
+runtime's ``sglang.srt.managers.mm_utils``, which reaches ``openai`` (not a dependency of the lab's CPU or
+GPU e2e environments). :func:`import_stages` stands in a ``mm_utils`` whose only name the VLA stage
+imports, ``tensor_hash``, raises, when and only when the real module cannot be imported; nothing on a
+decode or denoise path calls it.
 
 Not reproduced: loading checkpoint tensors (random weights instead: ``models.init_weights``), the residency
-manager's
-offload/prefetch strategies other than the cast-and-place above, ``post_decoding`` and the frame encoder after
-the
-decode, trajectory decoding, and the multi-GPU parallel decode (one process, one device).
+manager's offload/prefetch strategies other than the cast-and-place above, ``post_decoding`` and the frame
+encoder after the decode, trajectory decoding, and the multi-GPU parallel decode (one process, one device).
 """
 
 from __future__ import annotations
@@ -79,17 +67,15 @@ PIPELINE_CONFIGS = "sglang.multimodal_gen.configs.pipeline_configs."
 
 def pipeline_config(path: str) -> Any:
     """A fresh SGLang pipeline config from ``"module:Class"`` under ``configs/pipeline_configs`` (each VAE
-    build
-    updates its ``vae_config`` in place, as the loader does, so every build takes a fresh one)."""
+    build updates its ``vae_config`` in place, as the loader does, so every build takes a fresh one)."""
     mod, _, cls = path.partition(":")
     return getattr(importlib.import_module(PIPELINE_CONFIGS + mod), cls)()
 
 
 def server_args(pipeline_config: Any, *, num_gpus: int = 1, **kwargs: Any) -> Any:
     """SGLang's real ``ServerArgs`` around ``pipeline_config`` (a label for the model path: with an explicit
-    pipeline config nothing is resolved from a hub). Needs ``runtime.init_sglang`` first only for what reads
-    the
-    global server args (the stages); constructing it does not."""
+    pipeline config nothing is resolved from a hub). Needs ``runtime.init_sglang`` first only for what
+    reads the global server args (the stages); constructing it does not."""
     from sglang.multimodal_gen.runtime.server_args import ServerArgs
 
     return ServerArgs(
@@ -115,9 +101,8 @@ def build_vae(
     init: Callable[[torch.nn.Module, int], None],
 ) -> torch.nn.Module:
     """``VAELoader.load_customized`` up to the weights: the checkpoint's ``config.json`` (``_class_name`` and
-    arch
-    values) into the pipeline's ``vae_config``, SGLang's registered class built in the load dtype, then
-    ``init(vae, seed)`` in place of the checkpoint, then :func:`vae_as_loaded`."""
+    arch values) into the pipeline's ``vae_config``, SGLang's registered class built in the load dtype,
+    then ``init(vae, seed)`` in place of the checkpoint, then :func:`vae_as_loaded`."""
     from sglang.multimodal_gen.runtime.loader.utils import initialize_model
     from sglang.multimodal_gen.runtime.models.registry import ModelRegistry
 
@@ -158,8 +143,7 @@ def vae_as_loaded(vae: torch.nn.Module, args: Any, component_name: str = "vae") 
 
 def import_stages() -> str:
     """Make ``sglang.multimodal_gen.runtime.pipelines_core.stages`` importable (see the module docstring);
-    returns
-    "" when SGLang's own ``mm_utils`` imports, else what stands in for it."""
+    returns "" when SGLang's own ``mm_utils`` imports, else what stands in for it."""
     import sys
     import types
 
@@ -185,8 +169,8 @@ def import_stages() -> str:
 
 def decode_stage(vae: torch.nn.Module, args: Any) -> Any:
     """The pipeline's decoding stage around ``vae`` (``LTX2AVDecodingStage`` for LTX-2 pipeline configs, the
-    shared
-    ``DecodingStage`` otherwise), outside a pipeline: no residency manager, so declared uses yield the module.
+    shared ``DecodingStage`` otherwise), outside a pipeline: no residency manager, so declared uses yield
+    the module.
     """
     from sglang.multimodal_gen.configs.pipeline_configs.ltx_2 import LTX2PipelineConfig
 
@@ -208,7 +192,8 @@ def decode_stage(vae: torch.nn.Module, args: Any) -> Any:
 
 def place_for_decode(vae: torch.nn.Module, args: Any, device: str) -> torch.nn.Module:
     """The VAE on ``device`` in the dtype its decoding stage declares (``component_uses``), as the component
-    manager's ``_module_to_local_device`` leaves it before the first decode. ``.to`` keeps channels_last_3d.
+    manager's ``_module_to_local_device`` leaves it before the first decode. ``.to`` keeps
+    channels_last_3d.
     """
     (use,) = [u for u in decode_stage(vae, args).component_uses(args) if u.component_name == "vae"]
     return vae.to(device=device, dtype=use.target_dtype)

@@ -4,8 +4,9 @@
   ``toggle_quality_fusions([transformer], quality)`` (``pipelines_core/stages/denoising.py``): SGLang's
   quality-gated fusions mount or unmount, and so does the overlay's own entry in that table
   (``kda_kernels.tiers.KDA_FUSION``) while the overlay is installed. Re-applied after every overlay switch.
-- VAE: each decode inside the decoding stage's ``use_vae_fast_path(vae, quality_allows(quality, "lossless"))``
-  (``pipelines_core/stages/decoding.py``), which opens SGLang's own VAE fast paths and the overlay's.
+- VAE: each decode inside the decoding stage's ``use_vae_fast_path(vae, quality_allows(quality,
+  "lossless"))`` (``pipelines_core/stages/decoding.py``), which opens SGLang's own VAE fast paths and the
+  overlay's.
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ def vae_forward(vae: Any, forward: Callable[[], Any], quality: str) -> Callable[
 
 def fusions(module: Any, kind: str) -> dict[str, Any]:
     """SGLang's quality-gated fusions with sites in ``module`` (name -> [enabled sites, sites]) and, for a
-    VAE,
-    whether SGLang installed a fast path gate for it (``optimize_vae``)."""
+    VAE, whether SGLang installed a fast path gate for it (``optimize_vae``)."""
     out: dict[str, Any] = {}
     if kind in ("dit", "upsampler"):
         from kda_lab.e2e.sglang_build import import_stages
@@ -73,10 +73,9 @@ def applier(row_kind: str, built: Any, quality: str) -> tuple[Callable[[], None]
     """(re-apply after an overlay switch, the row's forward at ``quality``) for a row of ``row_kind``.
 
     Every row re-mounts at ``quality`` after a switch: in a request the denoising stage has set the tier
-    before
-    anything else runs, and a decode with no gate of its own (LTX-2's stage) runs in that tier. A VAE row's
-    forward
-    then runs inside the decoding stage's gate: its own (``Built.at_quality``) or one put around it here."""
+    before anything else runs, and a decode with no gate of its own (LTX-2's stage) runs in that tier. A
+    VAE row's forward then runs inside the decoding stage's gate: its own (``Built.at_quality``) or one put
+    around it here."""
     module = built.module
 
     def retier() -> None:

@@ -1,22 +1,18 @@
 """e2e rows of the VAE decodes a default SGLang 0.5.23 request runs, built and decoded through
 ``sglang_build``.
 
-Each row takes the pipeline config SGLang registers for the model, the VAE checkpoint's ``config.json`` values
-(the
-arch the loader reads into ``vae_config``; the Wan 2.2 values are ``Wan-AI/Wan2.2-TI2V-5B-Diffusers``'
-``vae/config.json``), builds SGLang's registered class through the loader's steps (``sglang_build.build_vae``:
-channels_last_3d where SGLang's policy says so, the platform's quality-gated fast paths), places it in the
-decode
-dtype the decoding stage declares, and times ``sglang_build.decode`` at ``quality="lossless"`` (the request
-default):
-scale/shift, the pipeline's tiling default and the fast-path gate as the decoding stage applies them. Latents
-are the
-denoising stage's output at the model's default size, fp32 (the dtype the denoising loop keeps them in).
+Each row takes the pipeline config SGLang registers for the model, the VAE checkpoint's ``config.json``
+values (the arch the loader reads into ``vae_config``; the Wan 2.2 values are
+``Wan-AI/Wan2.2-TI2V-5B-Diffusers``' ``vae/config.json``), builds SGLang's registered class through the
+loader's steps (``sglang_build.build_vae``: channels_last_3d where SGLang's policy says so, the platform's
+quality-gated fast paths), places it in the decode dtype the decoding stage declares, and times
+``sglang_build.decode`` at ``quality="lossless"`` (the request default): scale/shift, the pipeline's tiling
+default and the fast-path gate as the decoding stage applies them. Latents are the denoising stage's output
+at the model's default size, fp32 (the dtype the denoising loop keeps them in).
 
-``tiny`` shrinks the VAE widths and depths and the latent for CPU CI (same classes, same code path). The rows
-with no
-production row of a task folder to cite have ``cites=""``: no task measures a Wan, Qwen-Image or LTX-2 VAE
-kernel.
+``tiny`` shrinks the VAE widths and depths and the latent for CPU CI (same classes, same code path). The
+rows with no production row of a task folder to cite have ``cites=""``: no task measures a Wan, Qwen-Image
+or LTX-2 VAE kernel.
 """
 
 from __future__ import annotations

@@ -105,8 +105,7 @@ def _strides(t: torch.Tensor) -> tuple[int, ...]:
 
 def layout_problem(out: torch.Tensor, expect: torch.Tensor) -> str:
     """How ``out`` differs from SGLang's output ``expect`` in dtype, shape, strides or device ('' if it does
-    not).
-    Strides of size-1 dimensions are not compared (they address nothing)."""
+    not). Strides of size-1 dimensions are not compared (they address nothing)."""
     if out.dtype != expect.dtype:
         got, want = str(out.dtype).removeprefix("torch."), str(expect.dtype).removeprefix("torch.")
         return f"dtype {got} != SGLang's {want}"

@@ -1,7 +1,7 @@
 """The types of task.toml's values, checked before anything reads them (torch-free; the exporter runs it too).
 
-Each wrong type is one line naming the key, what it holds and what it must hold: ``arch = ["h200"]``,
-``atol = "tiny"`` or ``tolerances = 3`` are a problem to report, never a traceback.
+Each wrong type is one line naming the key, what it holds and what it must hold: ``arch = ["h200"]``, ``atol =
+"tiny"`` or ``tolerances = 3`` are a problem to report, never a traceback.
 """
 
 from __future__ import annotations

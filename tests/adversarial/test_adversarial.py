@@ -1,15 +1,12 @@
 """Known-bad candidates, kept as files (tests/adversarial/candidates/), run through the real `kda check
 --interpret`.
 
-Each is a src/register.py an agent could write for the fuse_scale_shift task to pass the check without doing
-the
-work right (the reward hacks KernelBench's unit tests, Wafer's and Makora's lists catalogue). Each must be
-rejected
-on CPU with the reason named. Two need the GPU: the size-dependent shortcut skips work only on rows too large
-for
-the interpreter (rejected here by the same check code on a production row in plain torch, and by the GPU check
-and
-bench in test_adversarial_gpu.py) and the side-stream one is right on CPU by construction.
+Each is a src/register.py an agent could write for the fuse_scale_shift task to pass the check without
+doing the work right (the reward hacks KernelBench's unit tests, Wafer's and Makora's lists catalogue).
+Each must be rejected on CPU with the reason named. Two need the GPU: the size-dependent shortcut skips
+work only on rows too large for the interpreter (rejected here by the same check code on a production row
+in plain torch, and by the GPU check and bench in test_adversarial_gpu.py) and the side-stream one is right
+on CPU by construction.
 """
 
 from __future__ import annotations
@@ -61,8 +58,7 @@ def test_size_shortcut_is_rejected_on_a_production_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The interpreter's tiny rows never reach the shortcut; the check's own code on a production row does
-    (the
-    same check_row the GPU check runs, here with the candidate's plain-torch path on CPU)."""
+    (the same check_row the GPU check runs, here with the candidate's plain-torch path on CPU)."""
     from kda_lab.families import contract
     from kda_lab.families.fuse_scale_shift import fuse_scale_shift_reference
     from kda_lab.measure.correctness import check_row

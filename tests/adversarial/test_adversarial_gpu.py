@@ -1,10 +1,8 @@
 """The adversarial candidates (tests/adversarial/candidates/) on the GPU: the real `kda check` rejects every
-one
-that the CPU check rejects, and `kda bench` flags the two the CPU cannot see: the size-dependent shortcut (its
-large
-rows come out faster than a copy of their bytes: sol above SUSPECT_SOL) and the side-stream one (the timed
-region
-never waits for its work: CUDA-graph capture refuses it, or its time is a fraction of the copy's).
+one that the CPU check rejects, and `kda bench` flags the two the CPU cannot see: the size-dependent
+shortcut (its large rows come out faster than a copy of their bytes: sol above SUSPECT_SOL) and the
+side-stream one (the timed region never waits for its work: CUDA-graph capture refuses it, or its time is a
+fraction of the copy's).
 
 Run on an H200 (marker gpu): python3 -m pytest -m gpu tests/adversarial/test_adversarial_gpu.py -q
 """
