@@ -328,11 +328,32 @@ except ImportError:
 
 # These tests drive the overlay outside any SGLang pipeline, so no request sets a quality tier: the whole
 # subprocess runs at SGLang's default request tier, lossless (the tier tests pass KDA_TEST_QUALITY=exact).
-# "none": no block, only SGLang's stages set the tier (tests/test_tiers.py).
-import kda_kernels as _kda
-if os.environ.get("KDA_TEST_QUALITY", "lossless") != "none":
-    _TEST_QUALITY = _kda.quality(os.environ.get("KDA_TEST_QUALITY", "lossless"))
-    _TEST_QUALITY.__enter__()
+# "none": no block, only SGLang's stages set the tier (tests/test_tiers.py). The block opens when kda_kernels.tiers
+# is first imported, so a test of `import sglang` without (or with a broken) kda_kernels imports nothing of it.
+class _QualityOnImport:
+    level = os.environ.get("KDA_TEST_QUALITY", "lossless")
+    opened = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "kda_kernels.tiers":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_then_open(module):
+            run(module)
+            block = module.quality(self.level)
+            block.__enter__()
+            self.opened.append(block)
+
+        spec.loader.exec_module = exec_then_open
+        return spec
+
+
+if _QualityOnImport.level != "none":
+    sys.meta_path.insert(0, _QualityOnImport())
 
 LN = "sglang.multimodal_gen.runtime.layers.layernorm"
 EW = "sglang.multimodal_gen.runtime.layers.elementwise"

@@ -55,8 +55,8 @@ def init_weights(module: torch.nn.Module, seed: int) -> None:
     gens: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if p.numel() == 0 or not p.dtype.is_floating_point:
-                continue
+            if p.numel() == 0 or not p.dtype.is_floating_point or p.device.type == "meta":
+                continue  # a meta module (shape captures) holds no values to draw
             # drawn where the parameter lives: a full-depth DiT (10-20 B parameters) draws in seconds on a GPU
             gen = gens.get(p.device)
             if gen is None:
