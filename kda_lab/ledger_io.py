@@ -207,7 +207,7 @@ def validate_csv(
 # ---------------------------------------------------------------- git history
 
 
-def _git(
+def git(
     cwd: Path | str, *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes] | None:
     try:
@@ -218,7 +218,7 @@ def _git(
 
 def _repo_path(path: Path) -> tuple[str, str] | None:
     """(toplevel, path relative to it) when ``path`` lies in a git work tree, else None."""
-    p = _git(path.parent, "rev-parse", "--show-toplevel")
+    p = git(path.parent, "rev-parse", "--show-toplevel")
     if p is None or p.returncode != 0:
         return None
     top = p.stdout.decode().strip()
@@ -228,10 +228,11 @@ def _repo_path(path: Path) -> tuple[str, str] | None:
         return None
 
 
-def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
+def blobs(top: str, ids: list[str]) -> dict[str, bytes]:
+    """Blob id -> bytes, through one ``git cat-file --batch`` (also kda_lab.task.commits')."""
     if not ids:
         return {}
-    p = _git(top, "cat-file", "--batch", stdin="".join(i + "\n" for i in ids).encode())
+    p = git(top, "cat-file", "--batch", stdin="".join(i + "\n" for i in ids).encode())
     out: dict[str, bytes] = {}
     data = p.stdout if p is not None else b""
     pos = 0
@@ -258,7 +259,7 @@ def validate_git_history(path: Path) -> list[str]:
     if loc is None:
         return []
     top, rel = loc
-    p = _git(
+    p = git(
         top,
         "log",
         "--full-history",
@@ -282,12 +283,12 @@ def validate_git_history(path: Path) -> list[str]:
             meta, _, _ = line.partition("\t")
             _, _, old, new, status = meta.split()
             edges.append((commit, old, new, status))
-    blobs = _blobs(top, sorted({b for _, old, new, _ in edges for b in (old, new) if b != _NO_BLOB}))
+    contents = blobs(top, sorted({b for _, old, new, _ in edges for b in (old, new) if b != _NO_BLOB}))
     problems: list[str] = []
     for commit, old, new, status in edges:
         if status.startswith("D") or new == _NO_BLOB:
             problems.append(f"{rel}: deleted in commit {commit[:12]}, but ledgers are append-only")
-        elif old != _NO_BLOB and not blobs.get(new, b"").startswith(blobs.get(old, b"\0")):
+        elif old != _NO_BLOB and not contents.get(new, b"").startswith(contents.get(old, b"\0")):
             problems.append(
                 f"{rel}: commit {commit[:12]} rewrote or dropped committed rows (every committed "
                 "version must extend the one before it: append a superseding row instead)"
@@ -302,7 +303,7 @@ def validate_against_git(path: Path, ref: str = "HEAD") -> list[str]:
     if loc is None:
         return []
     top, rel = loc
-    old = _git(top, "show", f"{ref}:{rel}")
+    old = git(top, "show", f"{ref}:{rel}")
     if old is None or old.returncode != 0:
         return []  # not committed yet at ref
     if not path.exists():

@@ -13,45 +13,17 @@ import functools
 import subprocess
 from pathlib import Path, PurePosixPath
 
+from kda_lab.ledger_io import blobs, git
 from kda_lab.task.schema import hash_contents, hashed_source
-
-
-def _git(
-    cwd: Path | str, *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes] | None:
-    try:
-        return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, input=stdin, check=False)
-    except FileNotFoundError:
-        return None
 
 
 def _ok(p: subprocess.CompletedProcess[bytes] | None) -> bool:
     return p is not None and p.returncode == 0
 
 
-def _blobs(top: str, ids: list[str]) -> dict[str, bytes]:
-    """Blob id -> bytes, through one ``git cat-file --batch``."""
-    if not ids:
-        return {}
-    p = _git(top, "cat-file", "--batch", stdin="".join(i + "\n" for i in ids).encode())
-    data = p.stdout if p is not None else b""
-    out: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(data):
-        nl = data.index(b"\n", pos)
-        head = data[pos:nl].split()
-        if len(head) < 3 or head[1] != b"blob":
-            pos = nl + 1
-            continue
-        size = int(head[2])
-        out[head[0].decode()] = data[nl + 1 : nl + 1 + size]
-        pos = nl + 1 + size + 1
-    return out
-
-
 def _tree(top: str, commit: str, prefix: str) -> dict[str, str]:
     """Path (relative to ``prefix``) -> blob id of every file under ``prefix`` at ``commit``."""
-    p = _git(top, "ls-tree", "-r", "-z", "--full-tree", commit, "--", prefix)
+    p = git(top, "ls-tree", "-r", "-z", "--full-tree", commit, "--", prefix)
     if not _ok(p):
         return {}
     out: dict[str, str] = {}
@@ -70,31 +42,31 @@ def _verdict(top: str, rel_task: str, commit: str, head: str) -> tuple[str, str]
     """(why the commit cannot back anything, the src/ hash at the commit): ('', hash) when it can."""
     if not commit or any(c not in "0123456789abcdef" for c in commit.lower()) or len(commit) < 7:
         return f"git_commit {commit!r} is not a commit id", ""
-    full = _git(top, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    full = git(top, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
     if not _ok(full):
         return f"git_commit {commit[:12]} does not exist in this repository", ""
     sha = full.stdout.decode().strip()  # type: ignore[union-attr]
-    if not _ok(_git(top, "merge-base", "--is-ancestor", sha, head)):
+    if not _ok(git(top, "merge-base", "--is-ancestor", sha, head)):
         return f"git_commit {commit[:12]} is not in the history of HEAD", ""
     src = _tree(top, sha, f"{rel_task}/src")
     if not src:
         return f"git_commit {commit[:12]} holds no {rel_task}/src", ""
     files = {rel: blob for rel, blob in src.items() if hashed_source(PurePosixPath(rel))}
     helpers = _tree(top, sha, "kda_kernels")
-    blobs = _blobs(top, sorted({*files.values(), *helpers.values()}))
+    contents = blobs(top, sorted({*files.values(), *helpers.values()}))
 
     def helper(name: str) -> bytes:
         blob = helpers.get(f"{name}.py")
-        return blobs.get(blob, b"<missing>") if blob else b"<missing>"
+        return contents.get(blob, b"<missing>") if blob else b"<missing>"
 
-    return "", hash_contents({rel: blobs.get(blob, b"") for rel, blob in files.items()}, helper)
+    return "", hash_contents({rel: contents.get(blob, b"") for rel, blob in files.items()}, helper)
 
 
 def _location(task_dir: Path) -> tuple[str, str, str] | None:
     """(repository top, task folder relative to it, HEAD) or None outside a git work tree with commits."""
     task_dir = Path(task_dir).resolve()
-    top = _git(task_dir, "rev-parse", "--show-toplevel")
-    head = _git(task_dir, "rev-parse", "HEAD")
+    top = git(task_dir, "rev-parse", "--show-toplevel")
+    head = git(task_dir, "rev-parse", "HEAD")
     if not _ok(top) or not _ok(head):
         return None
     root = top.stdout.decode().strip()  # type: ignore[union-attr]
