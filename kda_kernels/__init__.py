@@ -1,7 +1,7 @@
 """kda_kernels: the runtime overlay that ships promoted KDA Lab kernels into SGLang 0.5.23.
 
     import kda_kernels
-    kda_kernels.install()    # swap every promoted function into SGLang (the SGLang patch does this at import)
+    kda_kernels.install()    # swap every promoted function into SGLang now (the SGLang patch defers it)
     kda_kernels.status()     # per function: promoted, arches, stamps, installed, call sites rebound, problems
     kda_kernels.uninstall()  # restore SGLang's originals exactly
     with kda_kernels.quality("lossless"): ...  # outside an SGLang pipeline: the request tier to serve at
@@ -29,15 +29,18 @@ __version__ = "0.1.0"
 
 
 def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None,
-            extra_modules: Iterable[str | ModuleType] | None = None) -> dict[str, Any]:
+            extra_modules: Iterable[str | ModuleType] | None = None, defer: bool = False) -> dict[str, Any]:
     """Swap promoted kernels into SGLang (idempotent; never raises unless ``strict``). Rebinds SGLang's own
     modules (``sglang.*``); other modules (user code, ``__main__``) only when named in ``extra_modules`` (a name
     covers its submodules). ``force`` re-installs (re-reading stamps, impls and ``KDA_FORCE_ARCH``) without
     losing SGLang's originals. Problems go to ``status()[fn]["problems"]`` and a ``KdaKernelsWarning`` (the
-    ``kda_kernels`` logger where a filter makes warnings errors)."""
+    ``kda_kernels`` logger where a filter makes warnings errors). ``defer``: swap each function whose SGLang
+    module is not imported yet right after SGLang imports it, so install() itself imports nothing of SGLang's
+    (the SGLang patch calls ``install(defer=True)`` inside ``import sglang``)."""
     from kda_kernels import overlay
 
-    return overlay.install(strict=strict, force=force, families=families, extra_modules=extra_modules)
+    return overlay.install(strict=strict, force=force, families=families, extra_modules=extra_modules,
+                           defer=defer)
 
 
 def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:

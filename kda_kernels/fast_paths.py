@@ -6,7 +6,7 @@ fast path, since class attributes are process-wide: the forced arch (``KDA_FORCE
 of the current CUDA device, else (no CUDA device, or one of an arch without an impl) the first promoted arch. The
 patched forwards check each call's device (``serves``) and run SGLang's own on a device of another arch. A forced
 arch without an impl patches nothing, and ``status()`` says why.
-A fast path whose SGLang module is not imported yet waits for it (``_PatchOnImport``), so ``import sglang`` does not
+A fast path whose SGLang module is not imported yet waits for it (``kda_kernels.on_import``), so ``import sglang`` does not
 import the diffusion runtime. Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
 """
 
@@ -16,6 +16,7 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
+from kda_kernels import on_import
 from kda_kernels.registry import ARCH_CAPABILITY, FAST_PATHS, FastPath
 
 STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
@@ -82,41 +83,11 @@ def _gate_device_test(impl: Any, fp: FastPath) -> None:
     mod.__dict__["_device_ok"] = device_ok
 
 
-class _PatchOnImport:
-    """A ``sys.meta_path`` finder that lets the patched SGLang module load as usual and activates its waiting fast
-    paths right after: ``install()`` inside ``import sglang`` must not import SGLang's diffusion runtime (seconds,
-    and nothing an LLM server needs)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in {fp.sglang for fp in FAST_PATHS if fp.name in _PENDING}:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_then_activate(module: Any) -> None:
-            exec_module(module)
-            for fp in FAST_PATHS:
-                if fp.sglang == name and fp.name in _PENDING:
-                    _activate(fp)
-
-        loader.exec_module = exec_then_activate  # type: ignore[method-assign]
-        return spec
-
-
 _PENDING: dict[str, tuple[tuple[str, ...], str | None]] = {}  # name -> (promoted arches, forced arch)
-_FINDER = _PatchOnImport()
-
 
 def install(families: Iterable[str] | None, forced: str | None) -> list[str]:
     """Install every promoted fast path of ``families`` (default all): now when its SGLang module is imported,
-    else when it is (``_PatchOnImport``). Returns the names patched now."""
-    import sys
-
+    else when it is (``kda_kernels.on_import``). Returns the names patched now."""
     done = []
     wanted = set(families) if families is not None else None
     for fp in FAST_PATHS:
@@ -131,12 +102,19 @@ def install(families: Iterable[str] | None, forced: str | None) -> list[str]:
         if not st["promoted"] or forced == "baseline":
             continue
         _PENDING[fp.name] = (tuple(st["arches"]), forced)
-        if fp.sglang in sys.modules:
-            if _activate(fp):
+        if on_import.when_imported(fp.sglang, _key(fp), lambda _module, fp=fp: _activate_pending(fp)):
+            if fp.name in _STATE:
                 done.append(fp.name)
-        elif _FINDER not in sys.meta_path:
-            sys.meta_path.insert(0, _FINDER)
     return done
+
+
+def _key(fp: FastPath) -> str:
+    return f"fast path {fp.name}"
+
+
+def _activate_pending(fp: FastPath) -> None:
+    if fp.name in _PENDING:
+        _activate(fp)
 
 
 def _activate(fp: FastPath) -> bool:
@@ -174,6 +152,7 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
     for fp in FAST_PATHS:
         if wanted is None or fp.family in wanted:
             _PENDING.pop(fp.name, None)
+            on_import.cancel(_key(fp))
         if fp.name in _STATE and (wanted is None or fp.family in wanted):
             _, impl, _ = _STATE.pop(fp.name)
             out[fp.name] = impl.uninstall()
@@ -200,6 +179,11 @@ def status() -> dict[str, dict[str, Any]]:
             "problems": list(_PROBLEMS.get(fp.name, ())), "unavailable": None, "builds": {},
         }
     return out
+
+
+def pending() -> list[str]:
+    """Fast paths waiting for SGLang to import their module."""
+    return list(_PENDING)
 
 
 def installed() -> dict[str, str]:

@@ -40,9 +40,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kda_kernels import fast_paths, tiers
+from kda_kernels import fast_paths, on_import, tiers
 from kda_kernels._env import DISABLE_ENV, disabled, forced_arch
-from kda_kernels.registry import ARCH_CAPABILITY, FACADE, FAMILIES, FAST_PATH_FAMILIES, TARGETS, SwapTarget
+from kda_kernels.registry import (
+    ARCH_CAPABILITY,
+    BY_FUNCTION,
+    FACADE,
+    FAMILIES,
+    FAST_PATH_FAMILIES,
+    TARGETS,
+    SwapTarget,
+)
 
 STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
 # Modules whose globals are never rebound: our own (impls may hold the baseline on purpose) and the lab's
@@ -113,6 +121,8 @@ _PROBLEMS: dict[str, list[str]] = {}
 # or cuda-python on a CPU host): nothing to swap, SGLang's own call fails there the same way. An environment fact
 # shown by status(), not an install problem.
 _UNAVAILABLE: dict[str, str] = {}
+# install(defer=True): function -> (scope, forced arch), swapped in when SGLang imports its module
+_DEFERRED: dict[str, tuple[tuple[str, ...], str | None]] = {}
 _STANDALONE: dict[str, Callable[..., Any]] = {}  # KDA objects built for attribute access, not installed
 _LAST: dict[str, Any] = {"forced": None, "disabled": False}
 
@@ -273,14 +283,32 @@ def _extend(rec: Installed, scope: Scope) -> None:
         rec.sites.extend(_rebind(olds, rec.public, restore_as, extra))
 
 
+def reloaded(rec: Installed) -> Any:
+    """SGLang's function as the defining module holds it now, when that is neither the KDA object nor the
+    baseline install() captured: the module was executed again (``importlib.reload``) or rebound since. Else
+    None."""
+    from kda_kernels.dispatch import is_kda_object
+
+    mod = sys.modules.get(rec.target.module)
+    current = module_dict(mod).get(rec.target.function, _MISSING) if mod is not None else _MISSING
+    if current is _MISSING or current is rec.public or current is rec.baseline or is_kda_object(current):
+        return None
+    return current
+
+
 def _unswap(rec: Installed) -> dict[str, Any]:
     restored, left = 0, []
+    # after a reload of the defining module, the facade and the call sites get the module's new function, so
+    # that every holder agrees again (the captured baseline is a stale copy of the same code)
+    fresh = reloaded(rec)
     for s in reversed(rec.sites):
         try:
             d = module_dict(s.module)
             if d.get(s.name, _MISSING) is rec.public:
                 if s.previous is _MISSING:
                     del d[s.name]
+                elif fresh is not None and s.previous is rec.baseline:
+                    d[s.name] = fresh
                 else:
                     d[s.name] = s.previous
                 restored += 1
@@ -290,7 +318,7 @@ def _unswap(rec: Installed) -> dict[str, Any]:
             left.append(f"{s.modname}.{s.name}")
     # modules in install()'s scope that picked the KDA object up through the facade after install(): give them
     # the baseline (a module outside the scope keeps what it took, as install() left its references alone)
-    late = _rebind([rec.public], rec.baseline, scope=rec.scope)
+    late = _rebind([rec.public], fresh if fresh is not None else rec.baseline, scope=rec.scope)
     _restore_spec(rec)
     return {"restored": restored + len(late), "late_importers": [f"{s.modname}.{s.name}" for s in late],
             "changed_since_install": left}
@@ -414,6 +442,10 @@ def _tensor_public(wrapper: SwapTarget, impls: dict[str, Any], forced: str | Non
     from kda_kernels import dispatch
 
     inner = next(x for x in TARGETS if x.function == wrapper.unpacks_into)
+    try:  # its own import may swap it in first (install(defer=True)): then the wrapper calls that object
+        importlib.import_module(inner.module)
+    except Exception:  # noqa: BLE001,S110 - _capture_baseline below reports it
+        pass
     if inner.function in _STATE:
         return _STATE[inner.function].public
     return dispatch.build(inner, _capture_baseline(inner), impls, forced)
@@ -466,12 +498,14 @@ def _install_one(t: SwapTarget, forced: str | None, problems: list[str], scope: 
 
 
 def install(strict: bool = False, force: bool = False, families: Iterable[str] | None = None,
-            extra_modules: Iterable[str | types.ModuleType] | None = None) -> dict[str, Any]:
+            extra_modules: Iterable[str | types.ModuleType] | None = None, defer: bool = False) -> dict[str, Any]:
     """Swap every promoted function (of ``families``, default all) into SGLang. Returns ``status()``.
-    ``extra_modules``: modules outside SGLang whose globals holding SGLang's function are rebound too."""
+    ``extra_modules``: modules outside SGLang whose globals holding SGLang's function are rebound too.
+    ``defer``: a function whose SGLang module is not imported yet is swapped right after SGLang imports it
+    (``kda_kernels.on_import``), so install() imports nothing of SGLang's (what the SGLang patch asks)."""
     try:
         with _lock:
-            return _install(strict, force, families, extra_modules)
+            return _install(strict, force, families, extra_modules, defer)
     except KdaInstallError:
         raise
     except Exception as e:  # noqa: BLE001 - never break `import sglang`
@@ -487,7 +521,7 @@ def install(strict: bool = False, force: bool = False, families: Iterable[str] |
 
 
 def _install(strict: bool, force: bool, families: Iterable[str] | None,
-             extra_modules: Iterable[str | types.ModuleType] | None) -> dict[str, Any]:
+             extra_modules: Iterable[str | types.ModuleType] | None, defer: bool = False) -> dict[str, Any]:
     _PROBLEMS.pop("*", None)
     if isinstance(families, str):
         families = [families]
@@ -505,12 +539,18 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
         forced = None
     _LAST["forced"] = forced
     if force:
+        _cancel_deferred([t.function for t in targets])
         _uninstall([t.function for t in targets if t.function in _STATE])
         _purge_cached_modules(targets)
         fast_paths.uninstall(families)
     done: list[str] = []
     # tensor-level functions first, so a wrapper reuses their installed KDA object
     for t in sorted(targets, key=lambda x: x.kind == "wrapper"):
+        if t.function in _DEFERRED:
+            _DEFERRED[t.function] = (tuple(dict.fromkeys((*_DEFERRED[t.function][0], *scope))), forced)
+            continue
+        if t.function in _STATE and reloaded(_STATE[t.function]) is not None:
+            _uninstall([t.function])  # its module was reloaded: every holder back to the new function, then swap
         if t.function in _STATE:
             # idempotent: already installed. (No re-scan of SGLang: after install only deliberate code, e.g.
             # kda_kernels.baseline(), can hold the baseline, and it must keep it.) Modules the caller names now
@@ -524,6 +564,9 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
         except Exception as e:  # noqa: BLE001
             problems.setdefault(t.function, []).append(f"cannot read stamps: {type(e).__name__}: {e}")
             continue
+        if defer and _defer(t, scope, forced):
+            _PROBLEMS.pop(t.function, None)
+            continue
         fn_problems: list[str] = []
         try:
             rec = _install_one(t, forced, fn_problems, scope)
@@ -536,7 +579,7 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
         if fn_problems:
             problems[t.function] = fn_problems
     fast_paths.install(families, forced)
-    if _STATE or fast_paths.installed():
+    if _STATE or _DEFERRED or fast_paths.installed() or fast_paths.pending():
         tiers.hook()  # the request's quality reaches the lossless impls through SGLang's stages
     for fn in [t.function for t in targets]:
         if fn in problems:
@@ -552,6 +595,51 @@ def _install(strict: bool, force: bool, families: Iterable[str] | None,
             raise KdaInstallError(f"kda_kernels.install(strict=True): {msg}")
         report(f"kda_kernels: {msg}", stacklevel=3)
     return status()
+
+
+def _defer_key(t: SwapTarget) -> str:
+    return f"swap {t.function}"
+
+
+def _defer(t: SwapTarget, scope: Scope, forced: str | None) -> bool:
+    """Wait for SGLang to import ``t``'s module (a wrapper: also the module of the function it unpacks into,
+    whose KDA object it calls). Returns False when every module is loaded already: install now."""
+    modules = [t.module]
+    if t.kind == "wrapper":
+        modules.append(next(x for x in TARGETS if x.function == t.unpacks_into).module)
+    if all(m in sys.modules for m in modules):
+        return False
+    _DEFERRED[t.function] = (scope, forced)
+    on_import.when_imported(t.module, _defer_key(t), lambda _module, t=t: _install_deferred(t))
+    return True
+
+
+def _install_deferred(t: SwapTarget) -> None:
+    """Right after SGLang imported ``t``'s module: the swap install(defer=True) left waiting. Problems are
+    reported as install() reports them (a warning, status()); never raises into SGLang's import."""
+    with _lock:
+        if t.function not in _DEFERRED:
+            return
+        scope, forced = _DEFERRED.pop(t.function)
+        problems: list[str] = []
+        try:
+            rec = _install_one(t, forced, problems, scope)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's baseline kept")
+            rec = None
+        if rec is not None:
+            _STATE[t.function] = rec
+        if problems:
+            _PROBLEMS[t.function] = problems
+            report(f"kda_kernels: {t.function}: {' / '.join(problems)}", stacklevel=2)
+        else:
+            _PROBLEMS.pop(t.function, None)
+
+
+def _cancel_deferred(functions: Iterable[str]) -> None:
+    for fn in functions:
+        if _DEFERRED.pop(fn, None) is not None:
+            on_import.cancel(_defer_key(BY_FUNCTION[fn]))
 
 
 # --------------------------------------------------------------------------------------------- uninstall
@@ -571,9 +659,10 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, Any]:
         if isinstance(families, str):
             families = [families]
         fams = set(families) if families is not None else set(FAMILIES) | set(FAST_PATH_FAMILIES)
+        _cancel_deferred([fn for fn in list(_DEFERRED) if BY_FUNCTION[fn].family in fams])
         out = {**_uninstall([fn for fn, rec in _STATE.items() if rec.target.family in fams]),
                **fast_paths.uninstall(fams)}
-        if not _STATE and not fast_paths.installed():
+        if not _STATE and not _DEFERRED and not fast_paths.installed() and not fast_paths.pending():
             tiers.unhook()
         return out
 
@@ -589,6 +678,10 @@ def status() -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001
             st = {"promoted": False, "error": f"{type(e).__name__}: {e}"}
         rec = _STATE.get(t.function)
+        stale = []
+        if rec is not None and reloaded(rec) is not None:
+            stale = [f"{t.module}.{t.function} is SGLang's again since install (the module was reloaded or "
+                     f"rebound): calls through it run SGLang's kernel; install() swaps again"]
         out[t.function] = {
             "family": t.family,
             "sglang": t.sglang,
@@ -598,15 +691,17 @@ def status() -> dict[str, Any]:
             "promoted": st.get("promoted", False),
             "arches": list(rec.arches) if rec else [a for a in st.get("arches", ()) if _impl_dir_exists(t, a)],
             "stamps": {k: st.get(k) for k in STAMP_KEYS},
-            "installed": rec is not None,
+            "installed": rec is not None and not stale,
             "forced_arch": rec.forced if rec else None,
             "call_sites_rebound": len(rec.call_sites()) if rec else 0,
             "call_sites": rec.call_sites() if rec else [],
             "rebound": rec.rebound() if rec else [],
             "kernel_registry": rec.registry if rec else None,
-            "problems": [*_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ())),
+            "problems": [*stale, *_PROBLEMS.get(t.function, ()), *(f"install: {p}" for p in _PROBLEMS.get("*", ())),
                          *(tiers.PROBLEMS if rec is not None and t.tier != "exact" else ())],
             "unavailable": _UNAVAILABLE.get(t.function) if rec is None else None,
+            # install(defer=True): swapped in when SGLang imports this module
+            "pending_import": t.module if t.function in _DEFERRED else None,
         }
         builds = _build_state(t, out[t.function]["arches"])
         out[t.function]["builds"] = builds

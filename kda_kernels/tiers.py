@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kda_kernels import on_import
+
 QUALITY_LEVELS: tuple[str, ...] = ("exact", "lossless", "high")  # SGLang 0.5.23's order, strictest first
 DENOISING = "sglang.multimodal_gen.runtime.pipelines_core.stages.denoising"
 VAE_GATE = "sglang.multimodal_gen.runtime.models.vaes.fast_path_gate"
@@ -213,6 +215,7 @@ _HOOKS: dict[str, Callable[[Any], Callable[[], None]]] = {
 }
 _HOOKED: dict[str, Callable[[], None]] = {}  # module name -> undo
 _PENDING: set[str] = set()
+_KEY = "quality tier hooks"
 PROBLEMS: list[str] = []
 
 
@@ -223,52 +226,26 @@ def _apply(name: str) -> None:
         PROBLEMS.append(f"cannot hook {name}: {type(e).__name__}: {e} (lossless kernels stay off there)")
 
 
-class _HookOnImport:
-    """Hooks a module right after SGLang imports it: ``install()`` runs inside ``import sglang`` and must not
-    import the diffusion runtime."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in _PENDING:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_hook(module: Any) -> None:
-            exec_module(module)
-            with _lock:
-                if name in _PENDING:
-                    _PENDING.discard(name)
-                    _apply(name)
-
-        spec.loader.exec_module = exec_then_hook  # type: ignore[method-assign]
-        return spec
-
-
-_FINDER = _HookOnImport()
-
-
 def hook() -> None:
     """Hook SGLang's tier mechanisms now where their modules are loaded, else when they are."""
     with _lock:
         for name in _HOOKS:
             if name in _HOOKED or name in _PENDING:
                 continue
-            if name in sys.modules:
-                _apply(name)
-            else:
-                _PENDING.add(name)
-        if _PENDING and _FINDER not in sys.meta_path:
-            sys.meta_path.insert(0, _FINDER)
+            _PENDING.add(name)
+            on_import.when_imported(name, _KEY, lambda _module, name=name: _hook_pending(name))
+
+
+def _hook_pending(name: str) -> None:
+    with _lock:
+        if name in _PENDING:
+            _PENDING.discard(name)
+            _apply(name)
 
 
 def unhook() -> None:
     with _lock:
         _PENDING.clear()
+        on_import.cancel(_KEY)
         for name in list(_HOOKED):
             _HOOKED.pop(name)()
-        if _FINDER in sys.meta_path:
-            sys.meta_path.remove(_FINDER)

@@ -301,6 +301,40 @@ def test_double_install_and_force_never_lose_the_originals(full_tree):
     assert r["after_lost"] == {}, "KDA objects left behind by a lost install must be replaced by the true originals"
 
 
+def test_a_reloaded_defining_module_is_reported_and_restored_consistently(full_tree):
+    """importlib.reload of SGLang's defining module gives it a new function object: status() must stop saying
+    installed, uninstall() must leave the facade and every call site holding the module's new function, and a
+    next install() swaps again."""
+    r = fx.run_py(full_tree, """
+    mods = import_call_sites()
+    import kda_kernels
+    M = "sglang.kernels.ops.diffusion.modulate.scale_shift_triton"
+    FN = "fuse_scale_shift_kernel"
+    m = importlib.import_module(M)
+    facade = sys.modules[FACADE]
+    kda_kernels.install(strict=True)
+    importlib.reload(m)
+    st = kda_kernels.status()[FN]
+    kda_kernels.uninstall()
+    fresh = m.__dict__[FN]
+    holders = {"facade": facade.__dict__.get(FN) is fresh, "call_site": mods[EW].__dict__[FN] is fresh}
+    kda_kernels.install(strict=True)
+    importlib.reload(m)
+    again = kda_kernels.install(strict=True)[FN]
+    new = m.__dict__[FN]
+    swapped = {"module": kda(new), "facade": kda(facade.__dict__[FN]), "call_site": kda(mods[EW].__dict__[FN]),
+               "baseline_is_new": new.__kda_baseline__ is not fresh and not kda(new.__kda_baseline__)}
+    kda_kernels.uninstall()
+    emit({"installed": st["installed"], "problems": st["problems"], "holders": holders,
+          "again": again["installed"], "swapped": swapped,
+          "final": facade.__dict__.get(FN) is m.__dict__[FN] is mods[EW].__dict__[FN]})
+    """, env=FORCE)
+    assert r["installed"] is False and any("reloaded" in p for p in r["problems"]), r
+    assert r["holders"] == {"facade": True, "call_site": True}, r
+    assert r["again"] and all(r["swapped"].values()), r
+    assert r["final"], r
+
+
 def test_partial_promotion_leaves_the_rest_on_sglang(tmp_path):
     root = fx.make_tree(tmp_path, {"fuse_scale_shift": {"fuse_scale_shift_kernel": 1.2}})
     r = fx.run_py(root, """

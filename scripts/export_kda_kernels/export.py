@@ -884,7 +884,7 @@ def _kda_kernels_install() -> None:
         log.warning("kda_kernels failed to import; SGLang kernels unchanged: %r", e)
         return
     try:
-        kda_kernels.install()
+        kda_kernels.install(defer=True)  # each swap waits for SGLang to import its module
     except Exception as e:  # install() never raises; this is the last line of defence
         log.warning("kda_kernels.install() failed; SGLang kernels unchanged: %r", e)
 
