@@ -97,21 +97,39 @@ class TaskTests:
     def test_candidate_and_sglang_in_interpreter(self, row: str, dtype: str) -> None:
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("interpreter tests run on a CPU host (TRITON_INTERPRET=1, set by conftest.py without a GPU)")
-        from kda_lab.interpret import cuda_sources, interpretable, sglang_fallbacks_interpretable
+        from kda_lab.interpret import (
+            compiles_cuda_itself,
+            cuda_sources,
+            extensions_blocked,
+            interpretable,
+            not_runnable_on_cpu,
+            sglang_fallbacks_interpretable,
+            wrapper_not_interpretable,
+        )
         from kda_lab.measure.correctness import check_row
         from kda_lab.measure.run import candidate_identity
 
         task = self.task()
         cand = candidate_identity(task, register=False)
-        cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
+        cuda = [] if cand.is_baseline else compiles_cuda_itself(task.src_dir)
         if cuda:
             pytest.skip(f"a CUDA candidate cannot run on CPU (src/{cuda[0]}): checked by the gpu tests")
         w = next(w for w in task.workloads if w.name == row)
+        native = [] if cand.is_baseline else cuda_sources(task.src_dir)
+        why = wrapper_not_interpretable(w.fn, native)
+        if why:
+            pytest.skip(f"{why} (the gpu tests)")
         module, _, fn = task.functions[w.fn].sglang.partition(":")
-        with sglang_fallbacks_interpretable(task, [w.fn]):
+        with sglang_fallbacks_interpretable(task, [w.fn]), extensions_blocked() as asked:
             results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
                                 {"baseline": interpretable(module, fn), "candidate": cand.exports[w.fn]}, seed=1,
                                 device="cpu", installed=cand.exports)
+        if asked:
+            pytest.skip(f"the candidate asks for its CUDA extension {asked[0]} on CPU: checked by the gpu tests")
+        why = next((reason for r in results
+                    if r.impl == "candidate" and (reason := not_runnable_on_cpu(r.error, native))), None)
+        if why:
+            pytest.skip(f"{why} (the gpu tests)")
         # Rows tagged 'no_cpu_baseline' (SGLang's kernel is JIT CUDA: it raises on CPU) check the candidate only,
         # as `kda check --interpret` does for every row.
         checked = [r for r in results if r.impl == "candidate" or "no_cpu_baseline" not in w.tags]

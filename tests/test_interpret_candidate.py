@@ -185,6 +185,61 @@ def test_cuda_candidate_is_not_checked_never_passed(tmp_path: Path, monkeypatch:
     assert ": ok" not in out
 
 
+NORM = "h200_diffusion_norm_infer__multi_shape"
+
+# Native sources built through kda_kernels.prebuilt, but the extension is asked for on every call, CPU included:
+# the interpreter cannot run that path, so the row is "not run", never a pass (and nothing compiles on CPU).
+EXTENSION_ON_EVERY_CALL = """
+import os
+
+from kda_kernels import lazy_baseline
+from kda_kernels.prebuilt import Extension
+
+EXTENSION = Extension(name="kda_test_every_call", sources=(os.path.join(os.path.dirname(__file__), "k.cu"),),
+                      arch="h200")
+_fss = lazy_baseline("fuse_scale_shift_kernel")
+
+
+def fuse_scale_shift_kernel(*args, **kwargs):
+    EXTENSION.load(build=True)
+    return _fss(*args, **kwargs)
+
+
+EXPORTS = {
+    "fuse_scale_shift_kernel": fuse_scale_shift_kernel,
+    "fuse_layernorm_scale_shift_gate_select01_kernel": lazy_baseline("fuse_layernorm_scale_shift_gate_select01_kernel"),
+    "fuse_residual_layernorm_scale_shift_gate_select01_kernel":
+        lazy_baseline("fuse_residual_layernorm_scale_shift_gate_select01_kernel"),
+}
+"""
+
+
+def test_a_candidate_whose_cuda_extension_serves_only_cuda_tensors_is_checked_on_its_triton_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """norm_infer's candidate has a .cu one-pass kernel (built through kda_kernels.prebuilt on its first CUDA
+    call) and Triton kernels for everything else, CPU tensors included: its tiny rows run (issue 37, item 9)."""
+    assert (REPO / "kernels" / NORM / "src" / "onepass_rms.cu").exists()
+    task_copy(tmp_path / "lab", NORM, None, monkeypatch)
+    lines: list[str] = []
+    code = interpret_check(load_task(NORM), ["float32"], seeds=1, show=lines.append, record=False,
+                           rows=["test_onepass_odd_d", "test_ln_widest_fp32"])
+    out = "\n".join(lines)
+    assert code == 0, out
+    assert "verdict PASSED" in out and "2 ok, 0 failed, 0 not run" in out, out
+
+
+def test_a_candidate_that_asks_for_its_extension_on_cpu_is_not_run(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    task_dir = task_copy(tmp_path / "lab", FSS, EXTENSION_ON_EVERY_CALL, monkeypatch)
+    (task_dir / "src" / "k.cu").write_text("// device code\n")
+    lines: list[str] = []
+    code = interpret_check(load_task(FSS), ["float32"], seeds=1, show=lines.append, record=False,
+                           rows=["test_tail_bc_modulation"])
+    out = "\n".join(lines)
+    assert code == NOT_CHECKED_EXIT, out
+    assert "asked for its CUDA extension kda_test_every_call" in out and ": ok" not in out, out
+
+
 def test_cpu_verdict_is_recorded_and_never_gpu_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a revision of the candidate nobody ran on a GPU (the real src/ may hold H200 rows at its hash by now): its
     # only evidence is the CPU verdict recorded here

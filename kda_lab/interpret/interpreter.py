@@ -108,6 +108,61 @@ CUDA_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")
 CUDA_MARKERS = ("cpp_extension", "load_inline")
 
 
+def compiles_cuda_itself(src_dir: Path) -> list[str]:
+    """Python files of a candidate that compile native code themselves (``cpp_extension``, ``load_inline``): such
+    a candidate cannot be imported and run on CPU. One whose native sources are built through
+    ``kda_kernels.prebuilt`` (built on its first CUDA call) still runs its Triton paths here."""
+    return [p.relative_to(src_dir).as_posix() for p in sorted(src_dir.rglob("*.py"))
+            if "__pycache__" not in p.parts and any(m in p.read_text(errors="replace") for m in CUDA_MARKERS)]
+
+
+class ExtensionBlocked(RuntimeError):
+    """A candidate asked for its CUDA extension under the CPU interpreter."""
+
+
+@contextmanager
+def extensions_blocked() -> Iterator[list[str]]:
+    """While open, loading or building any ``kda_kernels.prebuilt.Extension`` raises ``ExtensionBlocked`` (no
+    compile on a CPU host, no host path that is not the one a GPU takes); yields the names asked for."""
+    from kda_kernels import prebuilt
+
+    asked: list[str] = []
+    load, build = prebuilt.Extension.load, prebuilt.Extension.build
+
+    def blocked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(self.name)
+        raise ExtensionBlocked(f"{self.name}: a CUDA extension does not run under the CPU interpreter")
+
+    prebuilt.Extension.load = blocked  # type: ignore[method-assign]
+    prebuilt.Extension.build = blocked  # type: ignore[method-assign]
+    try:
+        yield asked
+    finally:
+        prebuilt.Extension.load, prebuilt.Extension.build = load, build  # type: ignore[method-assign]
+
+
+def wrapper_not_interpretable(fn: str, native: list[str]) -> str | None:
+    """A candidate with native sources whose function is a wrapper of modules (``apply_group_norm_silu``): its
+    device gate sends CPU tensors to torch's modules, while the interpreter's copy of SGLang's wrapper has that
+    gate removed, so the two would not run the same path (outputs differ in layout, not in code under test)."""
+    from kda_kernels.registry import BY_FUNCTION
+
+    target = BY_FUNCTION.get(fn)
+    if not native or target is None or target.kind != "wrapper":
+        return None
+    return (f"{fn} is a wrapper whose device gate sends CPU tensors to torch's modules; a candidate with CUDA "
+            f"sources (src/{native[0]}) runs its kernels for it on the GPU")
+
+
+def not_runnable_on_cpu(error: str, native: list[str]) -> str | None:
+    """Why a candidate with native sources (``native``: src/ files) did not run a row on CPU, when its call
+    raised there: its CPU path reached a CUDA-only kernel (its own, or SGLang's JIT one). A wrong answer, or a
+    fallback that recurses, is never excused. None: the row counts as run."""
+    if not native or not error.startswith("raised ") or error.startswith("raised RecursionError"):
+        return None
+    return f"its CPU path {error}; a candidate with CUDA sources (src/{native[0]}) is checked on the GPU"
+
+
 def cuda_sources(src_dir: Path) -> list[str]:
     """Files that make a candidate a CUDA candidate (native sources, or a Python file that compiles them)."""
     found = []
@@ -174,7 +229,8 @@ def _wrapped(names: list[str], width: int = 100) -> list[str]:
 
 
 def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: list[str],
-                   fallback_calls: Counter[str], verdict: CpuVerdict, show: Callable[[str], None]) -> None:
+                   fallback_calls: Counter[str], verdict: CpuVerdict, show: Callable[[str], None],
+                   native: list[str] | None = None) -> None:
     """One tiny row in one dtype, every seed: the candidate's verdict line(s), added to ``verdict``."""
     from kda_lab.measure.correctness import check_row
 
@@ -185,17 +241,29 @@ def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: l
              f"check it on the GPU: kda check {task.slug}")
         return
     exact = task.functions[w.fn].exact
+    native = native or []
+    why = wrapper_not_interpretable(w.fn, native)
+    if why:
+        verdict.not_run += 1
+        show(f"{label}: NOT RUN: {why}; check it on the GPU: kda check {task.slug}")
+        return
     module_name, _, fn_name = task.functions[w.fn].sglang.partition(":")
     sglang_impl = interpretable(module_name, fn_name)
     for s in range(seeds):
         fallback_calls.clear()
-        results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
-                            {"baseline": sglang_impl, "candidate": cand.exports[w.fn]}, s, "cpu",
-                            installed=cand.exports)
+        with extensions_blocked() as asked:
+            results = check_row(task, w.with_dtype(dtype), contract(task.family, w.fn),
+                                {"baseline": sglang_impl, "candidate": cand.exports[w.fn]}, s, "cpu",
+                                installed=cand.exports)
         res = next(r for r in results if r.impl == "candidate")
         base = next(r for r in results if r.impl == "baseline")
         head = f"{label} seed {s}"
-        if not res.ok:
+        why = not_runnable_on_cpu(res.error, native)
+        if asked or why:
+            verdict.not_run += 1
+            show(f"{head}: NOT RUN: " + (f"the candidate asked for its CUDA extension {asked[0]} on CPU" if asked
+                                         else why) + f"; check it on the GPU: kda check {task.slug}")
+        elif not res.ok:
             verdict.failed += 1
             show(res.describe().replace(f"{res.row} [candidate, seed {s}]", head, 1))
         elif fallback_calls[w.fn] and not cand.is_baseline:
@@ -228,7 +296,8 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
     run_dtypes = [d for d in dtypes if d in INTERPRETER_DTYPES]
     cand = candidate_identity(task, register=record)
     tiny = [w for w in task.workloads if "tiny" in w.tags and w.name in chosen]
-    cuda = [] if cand.is_baseline else cuda_sources(task.src_dir)
+    cuda = [] if cand.is_baseline else compiles_cuda_itself(task.src_dir)
+    native = [] if cand.is_baseline else cuda_sources(task.src_dir)
     verdict = CpuVerdict()
     show(f"{task.slug}: candidate {cand.id} ({cand.source_hash}{', SGLang baseline' if cand.is_baseline else ''}) "
          f"in the Triton interpreter on CPU, {len(tiny)} tiny rows x {'/'.join(run_dtypes) or 'no dtype'} x "
@@ -238,7 +307,7 @@ def interpret_check(task: Any, dtypes: list[str], seeds: int = 1, show: Callable
     with sglang_fallbacks_interpretable(task, names) as fallback_calls:
         for w in tiny:
             for dtype in run_dtypes:
-                check_tiny_row(task, cand, w, dtype, seeds, cuda, fallback_calls, verdict, show)
+                check_tiny_row(task, cand, w, dtype, seeds, cuda, fallback_calls, verdict, show, native)
     skipped = [w.name for w in task.workloads if "tiny" not in w.tags and w.name in chosen]
     if skipped:
         show(f"  not run on CPU, {len(skipped)} rows: {WHY_NOT_TINY}:")
