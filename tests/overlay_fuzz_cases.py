@@ -336,12 +336,20 @@ def _private(args: dict[str, Any]) -> dict[str, Any]:
     return clone_args(args) if "norm" not in args else dict(args)
 
 
-def opcheck_cases(fn: str, baseline: Callable[..., Any], gen: Iterable[Case]
+# What every case gets where the full opcheck of each op's first case is enough for the rest (the CPU suite: the
+# Triton interpreter makes AOT dispatch tracing the cost of the whole test). test_faketensor is the layout check:
+# the fake's output metadata against the real call's, per case.
+LAYOUT_OPCHECK = ("test_schema", "test_faketensor")
+
+
+def opcheck_cases(fn: str, baseline: Callable[..., Any], gen: Iterable[Case],
+                  rest: tuple[str, ...] | None = None
                   ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, str]]:
     """``torch.library.opcheck`` of ``fn``'s ``kda::`` op over the cases of ``gen``: ({op: [case names checked]},
     {case: failure}, {case: why SGLang refuses it}). Grad disabled, as SGLang's diffusion models call these
     (inference): with grad enabled the op, like SGLang's function, takes another valid path than under AOT
-    tracing, which opcheck reads as a mismatch. An input SGLang itself refuses is not the op's to accept."""
+    tracing, which opcheck reads as a mismatch. An input SGLang itself refuses is not the op's to accept.
+    ``rest``: opcheck's test_utils for every case after each op's first (None: all of them everywhere)."""
     checked: dict[str, list[str]] = {}
     fails: dict[str, str] = {}
     refused: dict[str, str] = {}
@@ -353,8 +361,9 @@ def opcheck_cases(fn: str, baseline: Callable[..., Any], gen: Iterable[Case]
                 refused[f"{fn}/{name}"] = why or "outside SGLang's predicate (it returns None; no op call)"
                 continue
             op, op_args = target
+            utils = {} if rest is None or str(op) not in checked else {"test_utils": rest}
             try:
-                torch.library.opcheck(op, (), op_args)
+                torch.library.opcheck(op, (), op_args, **utils)
             except Exception as e:  # noqa: BLE001 - every failure is reported, not the first
                 fails[f"{fn}/{name}"] = f"{type(e).__name__}: {e}"[:700]
             checked.setdefault(str(op), []).append(name)

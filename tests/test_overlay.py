@@ -647,7 +647,11 @@ EXPORTS = {"fuse_scale_shift_kernel": fuse_scale_shift_kernel}
     print(f"host: impl {r['raw']:.3f} us, public {r['public']:.3f} us (+{overhead:.3f}), dispatcher op {r['op']:.2f} us")
     # a lossless impl sits behind the request-tier gate (kda_kernels.tiers): one wrapper, no dispatcher
     assert not r["runner_is_impl"] and r["runner"] == "run_forced", r["runner"]
-    assert overhead < 2.0, "the eager public path must not go through the dispatcher"
+    # relative to the dispatcher's own cost, measured in the same process: an absolute bound flakes on a loaded
+    # 2-core CI host (2.18 us once, with the whole suite running beside it)
+    dispatcher = r["op"] - r["raw"]
+    assert overhead < min(2.0, dispatcher / 3) or overhead < dispatcher / 5, \
+        f"the eager public path must not go through the dispatcher (+{overhead:.2f} us; the dispatcher +{dispatcher:.2f})"
     assert r["public"] < r["op"]
 
 

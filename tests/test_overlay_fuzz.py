@@ -222,7 +222,8 @@ def test_norm_infer_ops_pass_opcheck_in_the_interpreter():
     checked, fails, refused = {}, {}, {}
     for fn in ("norm_infer", "triton_one_pass_rms_norm"):
         ops, op_fails, op_refused = fz.opcheck_cases(fn, kda_kernels.baseline(fn),
-                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"))
+                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"),
+                                                     rest=fz.LAYOUT_OPCHECK)
         checked.update(ops)
         fails.update(op_fails)
         refused.update(op_refused)
@@ -337,7 +338,8 @@ def test_rotary_and_select01_ops_pass_opcheck_in_the_interpreter():
     checked, fails, refused = {}, {}, {}
     for fn in FNS[:3]:
         ops, op_fails, op_refused = fz.opcheck_cases(fn, kda_kernels.baseline(fn),
-                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"))
+                                                     fz.cases(fn, "cpu", (), big=False, as_dtype="float32"),
+                                                     rest=fz.LAYOUT_OPCHECK)
         checked.update(ops)
         fails.update(op_fails)
         refused.update(op_refused)
