@@ -6,7 +6,7 @@ in the interpreter). Not a test module: the tests load it by path inside their s
 For every swap target (kda_kernels.registry.TARGETS): ``cases(fn, device)`` yields ``(name, args)`` over the
 layouts SGLang accepts. The GroupNorm family (promoted) has hand-written cases: strided and broadcast views,
 storage offsets, channels_last, transposed x, mixed affine dtypes, empty tensors, one-element groups, the KDA
-impl's own sizes and SGLang's chunked path. Every other target derives its cases from its family's TEST_ROWS
+impl's own sizes and SGLang's chunked path. Every other target derives its cases from its family's test rows (the home task.toml)
 (kda_lab/families/<family>.py): each row tagged "tiny" or "fuzz" (``FUZZ_TAGS``; "tiny" rows also run in the CPU
 Triton interpreter, "fuzz" marks small rows of families the interpreter cannot run: bf16-only or CuTe DSL
 kernels) as-is, plus its floating-point tensors turned into strided views and into storage-offset views, plus
@@ -34,7 +34,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOL = {"bfloat16": (1.6e-2, 8e-3), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
 Case = tuple[str, dict[str, Any]]
-FUZZ_TAGS = ("tiny", "fuzz")  # TEST_ROWS rows that become layout-fuzz cases
+FUZZ_TAGS = ("tiny", "fuzz")  # test rows (task.toml) that become layout-fuzz cases
 # Families whose SGLang kernel assumes aligned data: their storage-offset views keep this many bytes of alignment
 # (SGLang's CuTe DSL norm_scale_shift kernels compile with assumed_align=32; its layers pass .contiguous()
 # tensors, so a misaligned view is outside the contract and could fault the GPU instead of raising).
@@ -224,13 +224,10 @@ LAYOUT_EXTRAS: dict[str, Callable[[dict[str, Any]], Iterator[LayoutExtra]]] = {
 
 
 def fuzz_rows(fn: str) -> list[dict[str, Any]]:
-    """The raw TEST_ROWS rows of ``fn`` tagged for the fuzz (``FUZZ_TAGS``); [] without any."""
-    from kda_lab.families import family_module
+    """The test rows of ``fn`` (its family's home task.toml) tagged for the fuzz (``FUZZ_TAGS``); [] without any."""
+    from kda_lab.families.rows import family_test_rows
 
-    rows = getattr(family_module(family_of(fn)), "TEST_ROWS", "")
-    if f'fn = "{fn}"' not in rows:
-        return []
-    return [raw for raw in tomllib.loads(rows)["workloads"]
+    return [raw for raw in family_test_rows(family_of(fn))
             if raw["fn"] == fn and any(t in FUZZ_TAGS for t in raw.get("tags", ()))]
 
 
@@ -260,8 +257,8 @@ def _from_test_rows(fn: str, device: str, rows: list[dict[str, Any]], as_dtype: 
 
 def cases(fn: str, device: str, dtypes: tuple[torch.dtype, ...], big: bool,
           as_dtype: str | None = None) -> Iterator[Case] | None:
-    """Layout cases for ``fn``; None when there is no generator for it (for a TEST_ROWS family: no row of ``fn``
-    tagged for the fuzz). TEST_ROWS rows keep their declared dtypes (``dtypes`` is GroupNorm's) unless
+    """Layout cases for ``fn``; None when there is no generator for it (for a family with test rows: no row of ``fn``
+    tagged for the fuzz). Test rows keep their declared dtypes (``dtypes`` is GroupNorm's) unless
     ``as_dtype`` names one for every floating-point tensor (CPU interpreter runs: "float32"/"float16")."""
     if fn == "triton_group_norm_silu":
         return _gns(device, dtypes, big)

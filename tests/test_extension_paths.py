@@ -148,8 +148,7 @@ RESIDUAL_ORACLE = '''def residual_gate_fp32_oracle(a: Args) -> tuple[torch.Tenso
     """fp64: x + gate * update (SGLang rounds once, from fp32, to x's dtype)."""
     return (a["x"].double() + a["gate"].double() * a["update"].double(),)
 '''
-RESIDUAL_ROWS = '''TEST_ROWS = """
-[[workloads]]
+RESIDUAL_ROWS = '''[[workloads]]
 name = "test_gate_per_batch"
 fn = "residual_gate_fp32"
 kind = "test"
@@ -159,7 +158,6 @@ source = "test: a [B, 1, D] gate over [B, S, D], odd sizes"
 x = { shape = [2, 5, 33], dtype = "float32" }
 update = { shape = [2, 5, 33], dtype = "float32" }
 gate = { shape = [2, 1, 33], dtype = "float32" }
-"""
 '''
 
 
@@ -198,15 +196,13 @@ gate = { shape = [1, 1, 1536], dtype = "float32" }
             "kda_kernels/contracts.py:")
     text = fam.read_text()
     text = re.sub(r"def residual_gate_fp32_oracle.*?\n\n\n", RESIDUAL_ORACLE + "\n\n", text, flags=re.S)
-    text = re.sub(r'TEST_ROWS = """.*?"""\n', RESIDUAL_ROWS, text, flags=re.S)
     fam.write_text(text.replace("# TODO(stamp): check them against the code.", "")
                    .replace("TODO(stamp): ", ""))
     for rel in ("kda_kernels/registry.py", "kda_kernels/contracts.py"):
         p = clone / rel
         p.write_text("\n".join(ln for ln in p.read_text().splitlines() if "TODO(stamp)" not in ln) + "\n")
-    # the test rows come from the family module: stamp again so the task gets them
-    kda(clone, "new-task", slug, "--family", "residual_gate", "--title", "fp32 residual gate", "--force")
-    resolve_prompt(task)
+    # the family's first task is where its test rows are written (kda_lab.families.rows)
+    write_test_rows(task / "task.toml", RESIDUAL_ROWS)
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)",
          first_block(task / "task.toml", "test")
          .replace('kind = "test"', 'kind = "production"\nmodel = "Wan"\npreset = "wan"')
@@ -255,8 +251,10 @@ FUNCTIONS = {
 BYTE_MODELS = {"reflect_pad3d": (("x",), ("x",))}
 EXACT = True
 BASELINES = {"reflect_pad3d": "kda_lab.families.reflect_pad3d:sglang_reflect_pad3d"}
-TEST_ROWS = """
-[[workloads]]
+'''
+
+
+REFLECT_ROWS = '''[[workloads]]
 name = "test_reflect_odd"
 fn = "reflect_pad3d"
 kind = "test"
@@ -265,8 +263,15 @@ source = "test: odd H and W, pad 1"
 [workloads.args]
 x = { shape = [1, 3, 2, 5, 7], dtype = "float32" }
 pad = [1, 1, 1, 1]
-"""
 '''
+
+
+def write_test_rows(toml: Path, rows: str) -> None:
+    """What a user does in a family's first task: the stamped TODO for its test rows replaced by the rows."""
+    text = toml.read_text()
+    start = text.index("# TODO(stamp): test rows")
+    end = text.index("\n", start) + 1
+    toml.write_text(text[:start] + rows + text[end:])
 
 
 def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
@@ -290,6 +295,7 @@ def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
     assert "Baseline: SGLang 0.5.23 through the facade" not in prompt and "bit-identical" in prompt
     assert "variance" not in prompt and "sglang_reflect_pad3d" in prompt  # the baseline the family declares
     resolve_prompt(task)
+    write_test_rows(task / "task.toml", REFLECT_ROWS)
     edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)", '''[[workloads]]
 name = "ltx2_reflect_1x128x3x64x64"
 fn = "reflect_pad3d"

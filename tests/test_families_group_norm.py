@@ -331,13 +331,3 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
             assert cap["kernel"].endswith(w.fn) and cap["model"] == "hunyuanvideo"
             assert (list(w.args["x"].shape), w.args["x"].dtype) == (x["shape"], x["dtype"])
             assert w.args["x"].strides == (None if x["contiguous"] else tuple(x["strides"]))
-
-
-@pytest.mark.parametrize("task_name", TASKS)
-def test_task_test_rows_are_the_family_test_rows(task_name: str) -> None:
-    import tomllib
-
-    from kda_lab.families.group_norm_silu import TEST_ROWS
-
-    raw = tomllib.loads((load_task(task_name).path / "task.toml").read_text())
-    assert [w for w in raw["workloads"] if w["kind"] == "test"] == tomllib.loads(TEST_ROWS)["workloads"]

@@ -322,13 +322,3 @@ def test_fa4_baseline_unavailable_is_a_clear_error(monkeypatch: pytest.MonkeyPat
             baselines.fa4_mha(*(torch.randn(1, 4, 2, 8, dtype=torch.bfloat16),) * 3)
     finally:
         baselines._fa4_varlen.cache_clear()
-
-
-@pytest.mark.parametrize("slug", INT8_TASKS + MHA_TASKS)
-def test_task_test_rows_are_the_family_test_rows(slug: str) -> None:
-    import tomllib
-
-    task = load_task(slug)
-    raw = tomllib.loads((task.path / "task.toml").read_text())
-    rows = tomllib.loads(family_module(task.family).TEST_ROWS)["workloads"]
-    assert [w for w in raw["workloads"] if w["kind"] == "test"] == rows

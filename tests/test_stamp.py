@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,9 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_stamped_folder_needs_editing_then_validates(root: Path, tmp_path: Path):
+    home = "h200_diffusion_fuse_scale_shift__multi_shape"  # where the family's test rows are written
+    (root / "kernels" / home).mkdir()
+    shutil.copy2(Path(__file__).resolve().parents[1] / "kernels" / home / "task.toml", root / "kernels" / home)
     cap = tmp_path / "caps.jsonl"
     cap.write_text("\n".join(json.dumps(c) for c in CAPTURE) + "\n")
     d = new_task("b200_diffusion_fuse_scale_shift__multi_shape", "fuse_scale_shift", "modulation", cap)

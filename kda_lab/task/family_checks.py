@@ -24,6 +24,7 @@ from typing import Any
 
 from kda_lab import ARCH_CAPABILITY
 from kda_lab.families import FAMILY_FUNCTIONS
+from kda_lab.families.rows import drift
 
 TODO = "TODO(stamp)"
 FACADE_ENTRY = "sglang.kernels.ops.diffusion:"
@@ -66,7 +67,7 @@ def family_problems(task: Any) -> list[str]:
     source = family_source(family)
     if source is None:
         return [f"{name}: family {family!r} has no module kda_lab/families/{family}.py (its oracle, "
-                "FUNCTIONS, BYTE_MODELS, TEST_ROWS): `kda check` cannot run; write it (or stamp it with "
+                "FUNCTIONS, BYTE_MODELS): `kda check` cannot run; write it (or stamp it with "
                 "`kda new-family`)"]
     problems = []
     literals = module_literals(source)
@@ -81,6 +82,9 @@ def family_problems(task: Any) -> list[str]:
             problems.append(f"{name}: kda_lab/families/{family}.py:{i}: unresolved {TODO}")
     problems += registry_markers(task)
     problems += text_problems(task, bool(literals.get("EXACT", False)))
+    why = drift(task.path / "task.toml", task.path.parent)  # test rows are written in the family's home only
+    if why:
+        problems.append(why)
     return problems
 
 

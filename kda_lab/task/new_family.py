@@ -2,10 +2,11 @@
 (docs/workflow.md, "Adding to the lab").
 
 - ``kda new-family NAME --sglang module:function [...]``: SGLang functions the overlay swaps. Writes the
-  family module (``FUNCTIONS`` / ``BYTE_MODELS`` / ``TEST_ROWS`` stubs), the registry targets
-  (``kda_kernels/registry.py`` ``TARGETS``, which ``kda_lab.families.FAMILY_FUNCTIONS`` reads), the ``kda::``
-  contract stubs (``kda_kernels/contracts.py``), the generated overlay family
-  ``kda_kernels/diffusion/NAME/__init__.py`` and a test file ``tests/test_families_NAME.py``.
+  family module (``FUNCTIONS`` / ``BYTE_MODELS`` stubs; the test rows go in the family's first task.toml,
+  ``kda_lab.families.rows``), the registry targets (``kda_kernels/registry.py`` ``TARGETS``, which
+  ``kda_lab.families.FAMILY_FUNCTIONS`` reads), the ``kda::`` contract stubs (``kda_kernels/contracts.py``),
+  the generated overlay family ``kda_kernels/diffusion/NAME/__init__.py`` and a test file
+  ``tests/test_families_NAME.py``.
 - ``kda new-family NAME --fast-path module:Class``: code inside an SGLang model class (no function to swap).
   Writes the family module (with ``BASELINES``: the lab's verbatim copy of that code, to fill in), the
   ``MODEL_FAMILIES`` / ``FAMILY_FUNCTIONS`` entries (``kda_lab/families/__init__.py``), the ``FAST_PATHS``
@@ -152,22 +153,6 @@ def family_module_text(name: str, functions: dict[str, list[str]], baselines: di
     if baselines:
         lines += ["# SGLang has no facade entry for these: tasks name them as task.toml's sglang and entry.",
                   "BASELINES = {", *[f'    "{fn}": "{ref}",' for fn, ref in baselines.items()], "}", ""]
-    lines += [
-        "# Test rows every task of this family gets (kda new-task): tails, odd sizes, strided views; tag the",
-        "# small ones 'tiny' (kda check --interpret runs those on CPU).",
-        'TEST_ROWS = """',
-        f"# {TODO}: test rows, e.g.",
-        "# [[workloads]]",
-        '# name = "test_small"',
-        f'# fn = "{next(iter(functions))}"',
-        '# kind = "test"',
-        '# tags = ["tiny"]',
-        '# source = "test: why this row"',
-        "# [workloads.args]",
-        '# x = { shape = [2, 3, 5], dtype = "float32" }',
-        '"""',
-        "",
-    ]
     return "\n".join(lines)
 
 

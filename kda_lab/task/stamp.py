@@ -20,6 +20,7 @@ from typing import Any
 
 from kda_lab import ARCH_CAPABILITY, ledger
 from kda_lab.families import FAMILY_FUNCTIONS
+from kda_lab.families.rows import family_test_blocks
 from kda_lab.launch.launchers import write_launcher
 from kda_lab.paths import kernels_dir, repo_root
 from kda_lab.sglang_source import parameters
@@ -288,11 +289,11 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
         raise StampError(f"{dest} exists (use --force to overwrite the scaffolds; ledgers are never touched)")
     blocks = rows_from_captures(captures, family, dest) if captures else [f"# {TODO}: production rows (captures or derived)"]
     production_table = _production_table(blocks)
-    try:
-        test_rows = getattr(import_module(f"kda_lab.families.{family}"), "TEST_ROWS", "")
-    except ModuleNotFoundError:
-        test_rows = ""
-    blocks.append(test_rows.strip() + "\n" if test_rows else f"# {TODO}: test rows (tails, odd sizes, strided views)")
+    test_rows = family_test_blocks(family)  # the family's home task holds them (kda_lab.families.rows)
+    blocks.append(test_rows if test_rows else
+                  f"# {TODO}: test rows (tails, odd sizes, strided views; tag the small ones 'tiny': kda check "
+                  f"--interpret runs those on CPU). This is the family's first task: later tasks of the family "
+                  f"copy these rows from it")
     facts = ARCH_FACTS[arch]
     fns = FAMILY_FUNCTIONS[family]
     values = {
