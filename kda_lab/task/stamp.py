@@ -130,9 +130,13 @@ def family_exact(family: str) -> bool:
 
 
 def family_normalizes(family: str) -> bool:
-    """Whether the family's oracle computes a variance (a norm family: its module's source says so)."""
+    """Whether the family's oracle computes a variance (a norm family: its module's code does)."""
     source = family_source(family)
-    return source is not None and re.search(r"variance|\.var\(", source.read_text()) is not None
+    return source is not None and re.search(_VARIANCE, source.read_text()) is not None
+
+
+# A variance in an oracle's code: named, torch's .var(), a mean of squares, or a reciprocal square root.
+_VARIANCE = r"variance|\.var\(|\.square\(\)\.mean\(|\.pow\(2\)\.mean\(|rsqrt"
 
 
 def numerics_rule(family: str) -> str:
