@@ -203,11 +203,6 @@ gate = { shape = [1, 1, 1536], dtype = "float32" }
         p.write_text("\n".join(ln for ln in p.read_text().splitlines() if "TODO(stamp)" not in ln) + "\n")
     # the family's first task is where its test rows are written (kda_lab.families.rows)
     write_test_rows(task / "task.toml", RESIDUAL_ROWS)
-    edit(task / "task.toml", "# TODO(stamp): production rows (captures or derived)",
-         first_block(task / "task.toml", "test")
-         .replace('kind = "test"', 'kind = "production"\nmodel = "Wan"\npreset = "wan"')
-         .replace("test_gate", "wan_gate").replace('tags = ["tiny"]\n', "")
-         .replace('source = "test:', 'source = "derived:'))
     v = kda(clone, "validate", slug, ok=False)
     assert v.returncode == 0, v.stdout + v.stderr
     assert "test_gate_per_batch [float32] seed 0: ok" in check_interpret(clone, slug)
