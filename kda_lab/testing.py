@@ -115,6 +115,8 @@ class TaskTests:
         if cuda:
             pytest.skip(f"a CUDA candidate cannot run on CPU (src/{cuda[0]}): checked by the gpu tests")
         w = next(w for w in task.workloads if w.name == row)
+        if cand.is_baseline and "no_cpu_baseline" in w.tags:
+            pytest.skip("the candidate is SGLang's kernel, which does not run on CPU for this row (the gpu tests)")
         native = [] if cand.is_baseline else cuda_sources(task.src_dir)
         why = wrapper_not_interpretable(w.fn, native)
         if why:

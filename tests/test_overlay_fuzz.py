@@ -75,7 +75,7 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 import overlay_fuzz_cases as fz
 """
 
-# The families whose layout cases come from TEST_ROWS rows tagged "tiny" or "fuzz" (kda_lab/families/<family>.py),
+# The families whose layout cases come from test rows tagged "tiny" or "fuzz" (the family's h200 task.toml),
 # and what SGLang 0.5.23 does with CPU tensors: norm_infer's two functions have torch CPU fallbacks; the
 # bf16-native Z-Image norms return None off CUDA; the CuTe DSL adaLN norms cannot be imported without CUDA.
 NORM_FUNCTIONS = {
@@ -135,7 +135,7 @@ def test_every_promoted_op_has_layout_cases_that_build_on_cpu():
         norm[fn] = {"unavailable": unavailable, "rows": rows}
     emit({"promoted": promoted, "counts": counts, "missing": missing, "build_errors": build_errors, "norm": norm})
     """], timeout=600)
-    assert r["missing"] == [], f"promoted ops without layout cases (add TEST_ROWS rows tagged tiny/fuzz): {r['missing']}"
+    assert r["missing"] == [], f"promoted ops without layout cases (tag test rows tiny/fuzz in the h200 task.toml): {r['missing']}"
     assert r["build_errors"] == {}, json.dumps(r["build_errors"], indent=1)
     assert all(n > 0 for n in r["counts"].values()), r["counts"]
     assert set(NORM_FUNCTIONS) <= set(r["promoted"]), r["promoted"]
@@ -240,7 +240,7 @@ def test_norm_infer_ops_pass_opcheck_in_the_interpreter():
 
 
 # ------------------------------------------------------------------ rotary embeddings and the select01 LayerNorm
-# SGLang 0.5.23 inputs these functions accept (no assert, no raise) and compute wrong, by case tag (the TEST_ROWS
+# SGLang 0.5.23 inputs these functions accept (no assert, no raise) and compute wrong, by case tag (the test rows'
 # rows' derived "/strided" views and overlay_fuzz_cases.LAYOUT_EXTRAS); docs/overlay.md has the table:
 # - apply_rotary_embedding: x's last dim not unit-stride (its kernel reads x[2i], x[2i+1] at offsets 2i, 2i+1);
 # - apply_ltx2_split_rotary_emb: x not contiguous (indexed as contiguous [B,S,H*D]), cos/sin last dim not unit-stride;

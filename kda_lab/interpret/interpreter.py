@@ -243,6 +243,8 @@ def check_tiny_row(task: Any, cand: Any, w: Any, dtype: str, seeds: int, cuda: l
     exact = task.functions[w.fn].exact
     native = native or []
     why = wrapper_not_interpretable(w.fn, native)
+    if cand.is_baseline and "no_cpu_baseline" in w.tags:
+        why = "the candidate is SGLang's kernel, which does not run on CPU for this row"
     if why:
         verdict.not_run += 1
         show(f"{label}: NOT RUN: {why}; check it on the GPU: kda check {task.slug}")
