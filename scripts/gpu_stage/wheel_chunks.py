@@ -32,7 +32,6 @@ import fnmatch
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -154,18 +153,6 @@ def extract_part(wheel: Path, names: list[str], later: list[str], dropped: list[
     (dest / info / "RECORD").write_text("\n".join(records) + "\n")
 
 
-PRESET_ENV = "KDA_STAGE_XZ_PRESET"
-
-
-def xz_preset() -> int:
-    """xz's preset (0-9; default 6). Tests of the staging scripts on a 2-core CI host use 0: the pipeline is the
-    same, the archive a few MB larger."""
-    raw = os.environ.get(PRESET_ENV, "6").strip()
-    if not raw.isdigit() or not 0 <= int(raw) <= 9:
-        raise StageError(f"{PRESET_ENV}={raw!r}: an xz preset is 0..9", EXIT_USAGE)
-    return int(raw)
-
-
 def write_archive(tree: Path, archive: Path) -> None:
     """tar.xz of everything under `tree`, sorted and owner-neutral; multi-threaded xz when the tool is there
     (the flash-attention extension alone is over 1 GB), Python's lzma otherwise."""
@@ -181,11 +168,11 @@ def write_archive(tree: Path, archive: Path) -> None:
 
     xz = shutil.which("xz")
     if not xz:
-        with tarfile.open(archive, mode="w:xz", format=tarfile.PAX_FORMAT, preset=xz_preset()) as tar:
+        with tarfile.open(archive, mode="w:xz", format=tarfile.PAX_FORMAT, preset=6) as tar:
             add_all(tar)
         return
     with archive.open("wb") as out:
-        proc = subprocess.Popen([xz, "-T0", f"-{xz_preset()}", "-c"], stdin=subprocess.PIPE, stdout=out)
+        proc = subprocess.Popen([xz, "-T0", "-6", "-c"], stdin=subprocess.PIPE, stdout=out)
         assert proc.stdin is not None
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             add_all(tar)
@@ -210,8 +197,7 @@ def part_archive(wheel: Path, wheel_sha: str, part: str, names: list[str], later
     wheel and the part's members are the same (xz of 1 GB takes minutes)."""
     archive = cache / f"{name}-{version}-{part}.tar.xz"
     key_path = archive.with_name(archive.name + ".key")
-    key = json.dumps({"wheel_sha256": wheel_sha, "names": names, "later": later, "dropped": dropped,
-                      **({"xz_preset": xz_preset()} if xz_preset() != 6 else {})})
+    key = json.dumps({"wheel_sha256": wheel_sha, "names": names, "later": later, "dropped": dropped})
     if archive.is_file() and key_path.is_file() and key_path.read_text() == key:
         return archive
     cache.mkdir(parents=True, exist_ok=True)
