@@ -73,4 +73,4 @@ def test_the_patched_import_sglang_costs_only_the_overlays_own_modules(tmp_path:
     r = json.loads((tmp_path / "import_cost.json").read_text())
     added = r["summary"]["with"]["modules"] - r["summary"]["without"]["modules"]
     assert 0 < added <= 40, (added, p.stdout)
-    assert r["summary"]["with"]["cuda_initialized"] is False
+    assert r["summary"]["with"]["cuda_by_patch"] is False
