@@ -98,7 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print("no task folders found under kernels/")
         return 1
     if not args.tasks:  # the whole lab: the end-to-end ledger too
-        from kda_lab.e2e import ledger as e2e_ledger
+        from kda_lab.ledger import e2e as e2e_ledger
         from kda_lab.paths import repo_root
 
         problems = e2e_ledger.validate(repo_root())

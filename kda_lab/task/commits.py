@@ -13,7 +13,7 @@ import functools
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from kda_lab.ledger_io import blobs, git
+from kda_lab.ledger.store import blobs, git
 from kda_lab.task.schema import hash_contents, hashed_source
 
 
