@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXPORTER = REPO / "scripts" / "export_kda_kernels" / "export.py"
+EXPORTER = REPO / "kda_lab" / "export" / "gate.py"
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kda_lab.paths import repo_root
 
-SCRIPT = "scripts/export_kda_kernels/export.py"
+SCRIPT = "kda_lab/export/gate.py"
 
 
 @cache
