@@ -30,7 +30,7 @@ A function is promoted when the candidate exports its own code for it (an EXPORT
 ``lazy_baseline(name)`` forwards to SGLang: its rows time SGLang against itself) and its rows' geomean is
 >= 1.0; others stay on SGLang's code (partial promotion). Stamps and the export manifest come from the
 ledger rows only, so re-exporting the same inputs rewrites byte-identical files, and ``--check`` recomputes
-every stamp from the rows the manifest names. docs/overlay.md says what an export writes.
+every stamp from the rows the manifest names. docs/export.md says what an export writes.
 
 Modules, one job each: ``task`` (the task as the overlay sees it: kda_lab.task's Task checked against the
 swap targets of kda_kernels.registry) -> ``gate`` (the evidence) -> ``overlay`` (the exported copy's
