@@ -13,7 +13,7 @@ from kda_lab.report.peers import vs_best_peer_cell
 from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
-PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.task.new_family", "kda_lab.export",
+PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.task.new_family", "kda_lab.export.command",
                                    "kda_lab.report", "kda_lab.profile", "kda_lab.e2e.command")
 
 
@@ -98,7 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print("no task folders found under kernels/")
         return 1
     if not args.tasks:  # the whole lab: the end-to-end ledger too
-        from kda_lab.e2e import ledger as e2e_ledger
+        from kda_lab.ledger import e2e as e2e_ledger
         from kda_lab.paths import repo_root
 
         problems = e2e_ledger.validate(repo_root())

@@ -1,6 +1,6 @@
 """Which ledger rows are evidence for a task: the GPU that measured them, and whole-table runs.
 
-One module for the exporter's gate (``scripts/export_kda_kernels/export.py``), ``kda report``/``kda tasks``
+One module for the exporter's gate (``kda_lab.export.gate``), ``kda report``/``kda tasks``
 and the harness's arch notice, so they cannot disagree. Imports neither torch nor pandas.
 
 GPU identity: an ``h200`` row must come from a GPU whose *name* says H200 (``b200``: B200) with that arch's

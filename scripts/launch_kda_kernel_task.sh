@@ -528,7 +528,7 @@ kernels/$slug/interface.md. The harness (kda_lab/) is shared by every task; the 
   task's benchmark.csv ledger.
 - \`kda bench $slug --aa\`
   The A/A pass (baseline against baseline): this session's noise floor. Run it once per session.
-- \`python scripts/export_kda_kernels/export.py $slug\`
+- \`kda export $slug\`
   Promotion into kda_kernels. It refuses unless the ledgers hold a passing GPU correctness run and
   a benchmark run at the exact source hash being exported, with geomean >= 1.0 and no production
   row below 0.97x. Promotion is the engineer's call after review; keep the ledgers honest.

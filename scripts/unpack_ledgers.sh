@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Unpack ledgers brought back from the GPU box (scripts/gpu_box.sh) into the working tree, one call's
 # ledgers.tgz after another, in call order. Each box call starts from the commit in .kda-git-commit, so each
-# tarball is that commit's ledgers plus the rows of its call: kda_lab/measure/box_ledgers.py appends each
+# tarball is that commit's ledgers plus the rows of its call: kda_lab/ledger/box.py appends each
 # call's new rows and refuses a copy that did not start from that commit (the ledgers are append-only).
 #
 #   scripts/unpack_ledgers.sh [--commit SHA] CALL1/ledgers.tgz [CALL2/ledgers.tgz ...]
@@ -23,5 +23,5 @@ for a in "$@"; do
   esac
 done
 cd "$root"
-PYTHONPATH="$lab${PYTHONPATH:+:$PYTHONPATH}" "$python" -m kda_lab.measure.box_ledgers --root "$root" "${args[@]}"
+PYTHONPATH="$lab${PYTHONPATH:+:$PYTHONPATH}" "$python" -m kda_lab.ledger.box --root "$root" "${args[@]}"
 echo "review with git diff --stat, then commit"

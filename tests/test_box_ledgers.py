@@ -1,4 +1,4 @@
-"""scripts/unpack_ledgers.sh over several calls of one box session (kda_lab/measure/box_ledgers.py), in a real git repo.
+"""scripts/unpack_ledgers.sh over several calls of one box session (kda_lab/ledger/box.py), in a real git repo.
 
 Each box call starts from the committed ledgers, so two calls that write the same task come back as two
 tarballs that both extend the commit: the second one's rows must be appended after the first one's with the

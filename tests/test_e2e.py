@@ -101,7 +101,7 @@ def test_tiny_rows_build_and_agree_with_and_without_the_overlay(tmp_path: Path) 
     assert rows["ltx2_latent_upsampler"]["tolerance"].startswith("atol=")
     # the table is the last thing printed; the ledger row carries the environment and the import versions
     assert r.stdout.strip().splitlines()[-1].startswith("ltx2_latent_upsampler")
-    from kda_lab.e2e import ledger
+    from kda_lab.ledger import e2e as ledger
 
     recorded = ledger.read(root)
     assert [x["row"] for x in recorded] == names
@@ -194,8 +194,8 @@ def _gpu_row(run_id: str, row: str, speedup: float, shares: dict[str, float], su
 
 
 def test_ledger_is_append_only_and_hash_chained(tmp_path: Path) -> None:
-    from kda_lab.e2e import ledger
     from kda_lab.ledger import LedgerError
+    from kda_lab.ledger import e2e as ledger
 
     root = tmp_path
     ledger.append(root, [_gpu_row("r1", "a", 1.01, {"conv": 1.0})])
@@ -218,7 +218,7 @@ def test_kda_validate_checks_the_e2e_ledger_against_its_git_history(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A committed truncation of e2e/benchmark.csv (the task ledgers' rule, issue #10 item 5) fails `kda validate`."""
     from kda_lab import cli
-    from kda_lab.e2e import ledger
+    from kda_lab.ledger import e2e as ledger
 
     root = tmp_path / "lab"
     (root / "kernels").mkdir(parents=True)
@@ -242,8 +242,8 @@ def test_kda_validate_checks_the_e2e_ledger_against_its_git_history(tmp_path: Pa
 
 
 def test_report_section_and_plot_from_the_latest_gpu_rows(tmp_path: Path) -> None:
-    from kda_lab.e2e import ledger
     from kda_lab.e2e import report as e2e_report
+    from kda_lab.ledger import e2e as ledger
 
     root = tmp_path
     assert "No GPU measurements in e2e/rows.csv yet" in e2e_report.section(root)
@@ -265,7 +265,7 @@ def test_report_section_and_plot_from_the_latest_gpu_rows(tmp_path: Path) -> Non
 def test_kda_report_check_sees_the_e2e_section(tmp_path: Path) -> None:
     """`kda report --check` fails while the e2e section or its plot is stale, passes once written."""
     from kda_lab import report
-    from kda_lab.e2e import ledger
+    from kda_lab.ledger import e2e as ledger
 
     root = tmp_path / "lab"
     (root / "kernels").mkdir(parents=True)
@@ -419,8 +419,8 @@ print(json.dumps(sorted({str(getattr(m, "rope_type", None)) for m in built.modul
 def test_the_legacy_ledger_stays_frozen_and_validated(tmp_path: Path) -> None:
     """e2e/benchmark.csv (the runs before quality tiers) is validated with its own columns and read as exact-tier
     legacy rows; nothing appends to it."""
-    from kda_lab.e2e import ledger
-    from kda_lab.ledger import chained_csv
+    from kda_lab.ledger import e2e as ledger
+    from kda_lab.ledger.store import chained_csv
 
     root = tmp_path
     legacy = {k: v for k, v in _gpu_row("old", "hunyuanvideo_vae_decode", 1.6, {"conv": 1.0}).items()
@@ -488,7 +488,8 @@ def test_a_request_is_its_stage_rows(tmp_path: Path) -> None:
     assert s["forwards"] == 9
     assert abs(s["off"]["request_ms"] - (9 * step["off_device_ms"] + dec["off_device_ms"])) < 1e-6
     assert json.loads(step["top_kernels_off"]) and "speedup: request" in r.stdout
-    from kda_lab.e2e import ledger, request
+    from kda_lab.e2e import request
+    from kda_lab.ledger import e2e as ledger
 
     assert [x["stage"] for x in ledger.read(root)] == ["denoise_step", "decode"]
     assert request.summarize([step]) == {}  # no total without both stages

@@ -1,4 +1,4 @@
-"""scripts/export_kda_kernels/export.py: the evidence gate, promotion, determinism, --check, --revert, --list.
+"""`kda export` (kda_lab.export): the evidence gate, promotion, determinism, --check, --revert, --list.
 
 Each test builds a temporary lab (kernels/<slug>/ with task.toml, src/ and ledgers written through
 kda_lab.ledger, plus a copy of kda_kernels), a real git repository whose commits hold the sources each ledger row
@@ -17,13 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from kda_kernels.registry import FAMILIES
+from kda_lab.export import command
+from kda_lab.export.check import check, recompute_manifest
+from kda_lab.export.overlay import MANIFEST, read_manifests, render_family_init, write_family_init
+from kda_lab.export.task import load_task_meta, source_files
+from kda_lab.task.schema import hash_files
+
 _spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
 _spec.loader.exec_module(fx)
 
-ex = fx.load_exporter()
 ledger = pytest.importorskip("kda_lab.ledger")
+KDA_EXPORT = (sys.executable, "-m", "kda_lab", "export")  # the command line, in a fresh interpreter
 
 SLUG = "h200_diffusion_fuse_scale_shift__multi_shape"
 FAMILY = "fuse_scale_shift"
@@ -38,13 +45,18 @@ TABLE = [("fuse_scale_shift_kernel-row0", FNS[0]), ("fuse_scale_shift_kernel-row
 
 
 def _task_toml(slug=SLUG, arch="h200", sglang_override=None):
-    lines = [f'slug = "{slug}"', f'arch = "{arch}"', f'family = "{FAMILY}"', 'title = "fixture"', ""]
+    """A task.toml kda_lab.task.load_task accepts (the exporter reads tasks with it), the rows without tensors:
+    nothing here runs them."""
+    lines = [f'slug = "{slug}"', f'arch = "{arch}"', f'family = "{FAMILY}"', 'title = "fixture"', "",
+             "[tolerances]", "float32 = { atol = 1e-5, rtol = 1e-5 }", ""]
     for fn in FNS:
         target = sglang_override if (sglang_override and fn == FNS[0]) else f"{SGL}:{fn}"
-        lines += ["[[functions]]", f'name = "{fn}"', f'sglang = "{target}"', ""]
+        lines += ["[[functions]]", f'name = "{fn}"', f'sglang = "{target}"', f'entry = "{SGL}:{fn}"', "reads = []",
+                  "writes = []", ""]
     for name, fn in TABLE:
-        lines += ["[[workloads]]", f'name = "{name}"', f'fn = "{fn}"', 'kind = "production"', ""]
-    lines += ["[[workloads]]", 'name = "a-test-row"', f'fn = "{FNS[0]}"', 'kind = "test"', ""]
+        lines += ["[[workloads]]", f'name = "{name}"', f'fn = "{fn}"', 'kind = "production"', "args = {}",
+                  'model = "fixture"', 'preset = "fixture"', 'source = "fixture"', ""]
+    lines += ["[[workloads]]", 'name = "a-test-row"', f'fn = "{FNS[0]}"', 'kind = "test"', "args = {}", ""]
     return "\n".join(lines)
 
 
@@ -133,7 +145,7 @@ GOOD = [1.3, 1.1, 1.05]
 
 
 def run(root, *args, capsys=None):
-    rc = ex.main(["--root", str(root), *args])
+    rc = command.main(["--root", str(root), *args])
     out = capsys.readouterr() if capsys else None
     return rc, (out.out + out.err) if out else ""
 
@@ -243,11 +255,11 @@ def test_a_function_forwarded_to_sglang_is_never_promoted(lab, capsys):
     add_bench(lab, h, GOOD)
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 0, out
-    manifest = json.loads((impl_dir(lab) / ex.MANIFEST).read_text())
+    manifest = json.loads((impl_dir(lab) / MANIFEST).read_text())
     assert set(manifest["functions"]) == {"fuse_layernorm_scale_shift_gate_select01_kernel"}
     assert "SGLang's own function" in manifest["not_promoted"]["fuse_scale_shift_kernel"]
     assert "KDA_OPTIMIZED_fuse_scale_shift_kernel = False" in family_init(lab)
-    assert ex.check(lab, out=lambda s: None) == 0  # the stamps recompute with the reason kept
+    assert check(lab, out=lambda s: None) == 0  # the stamps recompute with the reason kept
 
 
 def test_task_toml_must_name_the_overlays_sglang_target(lab, capsys):
@@ -260,7 +272,7 @@ def test_task_toml_must_name_the_overlays_sglang_target(lab, capsys):
 
 def test_hash_matches_the_labs_source_hash(lab):
     src = lab / "kernels" / SLUG / "src"
-    assert ex.hash_files(src, ex.source_files(src)) == src_hash(lab)
+    assert hash_files(src, source_files(src)) == src_hash(lab)
 
 
 def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, capsys):
@@ -274,7 +286,7 @@ def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, cap
     src = lab / "kernels" / SLUG / "src"
     for rel in ("register.py", "kernel.py"):
         assert (d / rel).read_bytes() == (src / rel).read_bytes()
-    manifest = json.loads((d / ex.MANIFEST).read_text())
+    manifest = json.loads((d / MANIFEST).read_text())
     assert manifest["source_hash"] == h and manifest["generated"] == ["__init__.py"]
     assert set(manifest["functions"]) == {"fuse_scale_shift_kernel", "fuse_layernorm_scale_shift_gate_select01_kernel"}
     assert "no production rows" in manifest["not_promoted"]["fuse_residual_layernorm_scale_shift_gate_select01_kernel"]
@@ -290,7 +302,7 @@ def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, cap
     promotes = [r for r in ledger.read_solutions(lab / "kernels" / SLUG) if r["event"] == "promote"]
     assert len(promotes) == 1 and promotes[0]["status"] == "promoted" and promotes[0]["source_hash"] == h
     assert promotes[0]["evidence"]["run_id"] == "run-1"
-    assert ex.check(lab, out=lambda s: None) == 0
+    assert check(lab, out=lambda s: None) == 0
     # the generated family module is valid, ruff-clean python
     ruff = Path(sys.executable).with_name("ruff")
     if ruff.exists():
@@ -312,7 +324,7 @@ def test_promotes_with_evidence_then_reexports_identically_then_reverts(lab, cap
     assert family_init(lab) == initial_init
     reverts = [r for r in ledger.read_solutions(lab / "kernels" / SLUG) if r["event"] == "revert"]
     assert len(reverts) == 1 and reverts[0]["source_hash"] == h
-    assert ex.check(lab, out=lambda s: None) == 0
+    assert check(lab, out=lambda s: None) == 0
     rc, out = run(lab, "--revert", SLUG, capsys=capsys)
     assert rc == 1 and "nothing exported" in out
 
@@ -353,7 +365,7 @@ def test_cli_end_to_end_then_the_overlay_installs_the_export(lab):
     h = src_hash(lab)
     add_check(lab, h)
     add_bench(lab, h, GOOD)
-    p = subprocess.run([sys.executable, str(fx.EXPORTER), "--root", str(lab), SLUG], capture_output=True, text=True)
+    p = subprocess.run([*KDA_EXPORT, "--root", str(lab), SLUG], capture_output=True, text=True, cwd=fx.REPO)
     assert p.returncode == 0, p.stderr
     assert "promoted fuse_scale_shift_kernel: 1.196x" in p.stdout
     r = fx.run_py(lab, """
@@ -377,23 +389,23 @@ def test_cli_end_to_end_then_the_overlay_installs_the_export(lab):
 
 def test_the_real_tree_is_generated_and_consistent():
     """The committed kda_kernels tree is exactly what the exporter generates from its exported copies."""
-    assert ex.check(fx.REPO, out=print) == 0
-    for family in ex.FAMILIES:
+    assert check(fx.REPO, out=print) == 0
+    for family in FAMILIES:
         path = fx.REPO / "kda_kernels" / "diffusion" / family / "__init__.py"
-        assert path.read_text() == ex.render_family_init(family, ex.read_manifests(fx.REPO, family))
+        assert path.read_text() == render_family_init(family, read_manifests(fx.REPO, family))
 
 
 def test_documented_flags_exist():
-    """Every export.py flag named in the READMEs is one the parser accepts (no documented-but-missing flags)."""
+    """Every `kda export` flag named in its docs is one the parser accepts (no documented-but-missing flags)."""
     import re
 
-    known = {a for action in ex.parser()._actions for a in action.option_strings}
-    for readme in (fx.REPO / "scripts/export_kda_kernels/README.md", fx.REPO / "patches/README.md"):
-        text = readme.read_text()
-        for line in text.splitlines():
-            if "export.py" in line:
-                for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line):
-                    assert flag in known, f"{readme.name}: {flag} is not an export.py option"
+    known = {a for action in command.parser()._actions for a in action.option_strings}
+    for doc in (fx.REPO / "docs/export.md", fx.REPO / "patches/README.md"):
+        lines = [line for line in doc.read_text().splitlines() if "kda export" in line]
+        assert lines, f"{doc.name} names no `kda export` command"
+        for line in lines:
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line):
+                assert flag in known, f"{doc.name}: {flag} is not a `kda export` option"
 
 
 def test_a_later_run_without_production_rows_keeps_the_evidence(lab, capsys):
@@ -502,12 +514,12 @@ def test_a_same_mode_same_rows_supersede_still_works(lab, capsys):
     add_bench(lab, h, GOOD, run_id="redo", supersedes="mistaken")
     rc, out = run(lab, SLUG, capsys=capsys)
     assert rc == 0, out
-    manifest = json.loads((impl_dir(lab) / ex.MANIFEST).read_text())
+    manifest = json.loads((impl_dir(lab) / MANIFEST).read_text())
     assert manifest["evidence"]["bench"]["run_id"] == "redo"
 
 
 def _exporter_cli(lab, *args):
-    p = subprocess.run([sys.executable, str(fx.EXPORTER), "--root", str(lab), *args], capture_output=True, text=True)
+    p = subprocess.run([*KDA_EXPORT, "--root", str(lab), *args], capture_output=True, text=True, cwd=fx.REPO)
     assert "Traceback" not in p.stderr + p.stdout, p.stderr
     return p.returncode, p.stdout + p.stderr
 
@@ -565,7 +577,7 @@ def test_check_catches_a_truncated_ledger_against_git(lab, capsys):
 def test_check_recomputes_the_stamps_from_the_ledger(lab, capsys):
     """A forged KDA_SPEEDUP (manifest edited, family __init__ regenerated from it) passed --check."""
     _promote(lab, capsys)
-    mpath = impl_dir(lab) / ex.MANIFEST
+    mpath = impl_dir(lab) / MANIFEST
     honest = mpath.read_text()
     for path, forged in ((("functions", "fuse_scale_shift_kernel", "speedup"), 1.9),
                          (("evidence", "bench", "commit"), "c0ffee"),
@@ -577,7 +589,7 @@ def test_check_recomputes_the_stamps_from_the_ledger(lab, capsys):
             node = node[key]
         node[path[-1]] = forged
         mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-        ex.write_family_init(lab, FAMILY)  # the stamps now agree with the forged manifest
+        write_family_init(lab, FAMILY)  # the stamps now agree with the forged manifest
         rc, out = run(lab, "--check", capsys=capsys)
         assert rc == 1 and "KDA_EXPORT.json" in out, (path, out)
         if path[-1] != "run_id":
@@ -586,11 +598,11 @@ def test_check_recomputes_the_stamps_from_the_ledger(lab, capsys):
     m = json.loads(honest)
     m["functions"]["fuse_residual_layernorm_scale_shift_gate_select01_kernel"] = {"speedup": 1.5, "worst": 1.5, "rows": 1}
     mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    ex.write_family_init(lab, FAMILY)
+    write_family_init(lab, FAMILY)
     rc, out = run(lab, "--check", capsys=capsys)
     assert rc == 1 and "fuse_residual_layernorm_scale_shift_gate_select01_kernel" in out
     mpath.write_text(honest)
-    ex.write_family_init(lab, FAMILY)
+    write_family_init(lab, FAMILY)
     assert run(lab, "--check", capsys=capsys)[0] == 0
 
 
@@ -598,10 +610,10 @@ def test_the_committed_group_norm_promotion_passes_the_new_rules():
     """The real H200 GroupNorm export: its run is whole-table (102 rows) on an NVIDIA H200, and every stamp
     recomputes from the rows it names (its rows predate the overlay column: they count, see the README)."""
     slug = "h200_diffusion_group_norm_silu__multi_shape"
-    task = ex.load_task_meta(fx.REPO / "kernels" / slug)
-    m = json.loads((fx.REPO / "kda_kernels/diffusion/group_norm_silu/_impls/h200" / ex.MANIFEST).read_text())
+    task = load_task_meta(fx.REPO / "kernels" / slug)
+    m = json.loads((fx.REPO / "kda_kernels/diffusion/group_norm_silu/_impls/h200" / MANIFEST).read_text())
     assert len(task.production) == 102 and m["evidence"]["bench"]["n_rows"] == 102
-    assert ex.recompute_manifest(task, m) == m
+    assert recompute_manifest(task, m) == m
 
 
 def test_hash_matches_for_a_candidate_that_imports_a_hashed_helper(lab, tmp_path, monkeypatch):
@@ -614,7 +626,7 @@ def test_hash_matches_for_a_candidate_that_imports_a_hashed_helper(lab, tmp_path
     helper.write_text("# version 1\n")
     monkeypatch.setattr(schema, "_helper_path", lambda name: helper)
     h = src_hash(lab)
-    assert ex.hash_files(src, ex.source_files(src)) == h
+    assert hash_files(src, source_files(src)) == h
     helper.write_text("# version 2\n")  # a changed helper is new code under the same src/
     assert src_hash(lab) != h
-    assert ex.hash_files(src, ex.source_files(src)) == src_hash(lab)
+    assert hash_files(src, source_files(src)) == src_hash(lab)

@@ -171,7 +171,7 @@ def test_path_2_a_new_family_for_an_sglang_function(clone: Path) -> None:
     init = clone / "kda_kernels/diffusion/residual_gate/__init__.py"
     generated = init.read_text()
     init.unlink()
-    r = subprocess.run([sys.executable, "scripts/export_kda_kernels/export.py", "--check"], cwd=clone,
+    r = subprocess.run([sys.executable, "-m", "kda_lab", "export", "--check"], cwd=clone,
                        env=env_for(clone), capture_output=True, text=True, timeout=600)
     assert "residual_gate" not in r.stdout, r.stdout
     init.write_text(generated)

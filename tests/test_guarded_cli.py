@@ -7,7 +7,7 @@ every
   task; `kda check --interpret` exits non-zero with one line; a candidate that exits at call time fails its
   row.
 - task.toml values of the wrong type (arch = ["h200"], atol = "tiny", tolerances = 3): one clear line each
-  in validate, tasks and check, and `export.py --check` does not say ok.
+  in validate, tasks and check, and `kda export --check` does not say ok.
 - a ledger that is not UTF-8: one line in validate, tasks and report.
 - `kda check --interpret --rows nosuch`: a clear error, exit 2.
 """
@@ -100,9 +100,9 @@ def test_task_toml_types_are_one_line_each(tmp_path, monkeypatch, capsys, old, n
     assert rc == 1 and f"{FSS:<52} INVALID" in out and said in out, out
     rc, out = kda(capsys, "check", FSS, "--interpret", "--no-record")
     assert rc == 2 and said in out, out
-    from tests.test_overlay_fixtures import load_exporter
+    from kda_lab.export.check import check
 
-    rc = load_exporter().check(tmp_path / "lab", out=print)
+    rc = check(tmp_path / "lab", out=print)
     text = capsys.readouterr().out
     assert rc == 1 and said in text and "ok:" not in text
 

@@ -8,10 +8,8 @@ evidence gate never reads. The same wrong candidates against the GPU check: test
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -255,11 +253,10 @@ def test_cpu_verdict_is_recorded_and_never_gpu_evidence(tmp_path: Path, monkeypa
     from kda_lab import ledger
 
     assert ledger.validate_solutions(task_dir / "solutions.jsonl") == []
-    spec = importlib.util.spec_from_file_location("_kda_export_for_test", REPO / "scripts/export_kda_kernels/export.py")
-    assert spec and spec.loader
-    export = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = export
-    spec.loader.exec_module(export)
-    meta = export.load_task_meta(task_dir)
-    with pytest.raises(export.Refusal, match="no passing correctness run on an H200"):
-        export.gather_evidence(meta, last["source_hash"])
+    from kda_lab.export import Refusal
+    from kda_lab.export.gate import gather_evidence
+    from kda_lab.export.task import load_task_meta
+
+    meta = load_task_meta(task_dir)
+    with pytest.raises(Refusal, match="no passing correctness run on an H200"):
+        gather_evidence(meta, last["source_hash"])

@@ -347,7 +347,7 @@ def test_draft_is_arch_correct(lab: Lab, slug: str, wanted: list[str], forbidden
         f"kda check {slug}",
         f"kda bench {slug}",
         f"kda bench {slug} --aa",
-        f"python scripts/export_kda_kernels/export.py {slug}",
+        f"kda export {slug}",
         "docs/gpu-box.md",
         f"kda-base/{slug}-arch",
     ):
@@ -980,7 +980,7 @@ def test_workflow_doc_names_real_launchers_and_commands() -> None:
         "kda check ",
         "kda bench ",
         "--aa",
-        "python scripts/export_kda_kernels/export.py",
+        "kda export ",
         "kda_kernels.status()",
         "docs/gpu-box.md",
         "tmux new-session",

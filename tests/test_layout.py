@@ -111,12 +111,8 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
-# measure/box_ledgers.py -> e2e/ledger.py and e2e/command.py -> measure/env.py: the ledger code in three places
-# (issue 38, item 4) ties the two stages; the move that removes it is under way elsewhere.
-
-
 def test_kda_lab_has_no_package_circle() -> None:
-    # measure <-> e2e is gone: the ledger machinery lives in kda_lab.ledger_io (issue 37 item 5, issue 38 item 4)
+    # measure <-> e2e is gone: every ledger lives in kda_lab/ledger/, which imports no stage (issue 38, item 4)
     assert circles(package_graph(import_graph(PACKAGE))) == []
 
 
@@ -141,8 +137,8 @@ def test_stages_import_downward_only() -> None:
     graph = import_graph(PACKAGE)
     upper = ("kda_lab.measure", "kda_lab.report", "kda_lab.interpret", "kda_lab.profile", "kda_lab.cli",
              "kda_lab.testing", "kda_lab.e2e", "kda_lab.export")
-    lower = [m for m in graph if m.startswith(("kda_lab.task", "kda_lab.families", "kda_lab.launch"))
-             or m in ("kda_lab.ledger", "kda_lab.evidence", "kda_lab.stats", "kda_lab.paths", "kda_lab.sglang_source")]
+    lower = [m for m in graph if m.startswith(("kda_lab.task", "kda_lab.families", "kda_lab.launch", "kda_lab.ledger"))
+             or m in ("kda_lab.evidence", "kda_lab.stats", "kda_lab.paths", "kda_lab.sglang_source")]
     reaching_up = {m: sorted(t for t in graph[m] if t.startswith(upper)) for m in lower}
     assert {m: t for m, t in reaching_up.items() if t} == {}
     report_to_measure = {m: sorted(t for t in graph[m] if t.startswith("kda_lab.measure"))
@@ -160,8 +156,8 @@ def test_each_stage_is_a_package_with_a_docstring(stage: str) -> None:
 def test_no_flat_module_sprawl() -> None:
     """Only faces, entry points and leaves stay at the top of kda_lab; everything else lives in its stage."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "baselines", "cli", "doctor", "evidence", "ledger", "ledger_io", "paths",
-                   "pytest_plugin", "sglang_source", "stats", "testing"]
+    assert top == ["__init__", "__main__", "baselines", "cli", "doctor", "evidence", "paths", "pytest_plugin",
+                   "sglang_source", "stats", "testing"]
 
 
 def test_task_layer_imports_no_torch() -> None:

@@ -5,7 +5,8 @@
   ledger at once leave a valid chain with every row (unlocked, the chain broke at some row in one try of two).
 - A run appended twice is refused by `kda validate` (benchmark.csv, solutions.jsonl, the e2e ledgers) and
   unpacking the same box tarballs twice never doubles a row.
-- One module holds the machinery (kda_lab.ledger_io); kda_lab/measure imports nothing from kda_lab/e2e.
+- One package holds every ledger (kda_lab/ledger/) and one module of it the machinery (kda_lab.ledger.store);
+  kda_lab/measure imports nothing from kda_lab/e2e.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kda_lab import ledger, ledger_io
-from kda_lab.e2e import ledger as e2e_ledger
+from kda_lab import ledger
+from kda_lab.ledger import e2e as e2e_ledger
+from kda_lab.ledger import store
 from tests.conftest import FSS, REPO
 from tests.test_box_ledgers import box_call, repo, unpack  # noqa: F401 - the fixture
 from tests.test_report import bench_rows
@@ -96,7 +98,7 @@ def test_append_reads_the_tail_under_the_lock(tmp_path: Path, monkeypatch: pytes
         note="",
     )
     seen: list[str] = []
-    original = ledger_io.append_locked
+    original = store.append_locked
 
     def spy(path: Path, build):  # another writer lands right before this one takes the lock
         if not seen:
@@ -119,7 +121,7 @@ def test_append_reads_the_tail_under_the_lock(tmp_path: Path, monkeypatch: pytes
         command="b",
         note="",
     )
-    assert row["chain"] == ledger_io.chain(
+    assert row["chain"] == store.chain(
         "deadbeefdeadbeef",
         __import__("json").dumps({k: row[k] for k in ledger.SOLUTION_FIELDS if k != "chain"}, sort_keys=True),
     )
@@ -223,7 +225,13 @@ def test_measure_does_not_import_e2e() -> None:
 
 
 def test_one_module_holds_the_chain_and_the_lock() -> None:
-    for rel in ("kda_lab/ledger.py", "kda_lab/e2e/ledger.py", "kda_lab/measure/box_ledgers.py"):
-        text = (REPO / rel).read_text()
-        assert "hashlib" not in text and "fcntl" not in text and '.open("a' not in text, rel
-    assert "fcntl.flock" in (REPO / "kda_lab" / "ledger_io.py").read_text()
+    home = REPO / "kda_lab" / "ledger"
+    assert sorted(p.name for p in home.glob("*.py")) == ["__init__.py", "box.py", "e2e.py", "store.py"]
+    for path in sorted(home.glob("*.py")):
+        if path.name != "store.py":
+            text = path.read_text()
+            assert "hashlib" not in text and "fcntl" not in text and '.open("a' not in text, path.name
+    assert "fcntl.flock" in (home / "store.py").read_text()
+    elsewhere = [p.relative_to(REPO).as_posix() for p in sorted((REPO / "kda_lab").rglob("*.py"))
+                 if home not in p.parents and "fcntl" in p.read_text()]
+    assert elsewhere == [], "ledger locking outside kda_lab/ledger/"

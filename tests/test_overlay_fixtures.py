@@ -3,7 +3,7 @@
 The real ``kda_kernels`` tree stays with nothing promoted until real GPU evidence exists, so tests build a
 temporary copy of the package in which chosen families are "exported": an ``_impls/<arch>/register.py`` whose
 EXPORTS are fp32 torch references (the lab's oracle style) with call counters, a ``KDA_EXPORT.json`` manifest
-and the family ``__init__.py`` rendered by the real exporter. SGLang state is process-global, so every
+and the family ``__init__.py`` rendered by the real exporter (kda_lab.export.overlay). SGLang state is process-global, so every
 scenario runs in a fresh interpreter with the copy first on ``sys.path``.
 
 Other test modules load this file by path (``load_fixtures()``), so it works with or without tests/__init__.py.
@@ -24,20 +24,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXPORTER = REPO / "scripts" / "export_kda_kernels" / "export.py"
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def load_exporter():
-    name = "kda_export_script"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXPORTER)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def sglang_available() -> bool:
@@ -250,21 +238,23 @@ def copy_package(dest_root: Path) -> Path:
     dest_root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "kda_kernels", dest_root / "kda_kernels",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
-    ex = load_exporter()
+    from kda_lab.export.overlay import render_family_init
+
     for fam in (dest_root / "kda_kernels" / "diffusion").iterdir():
         if not (fam / "__init__.py").exists():
             continue
         for arch_dir in (fam / "_impls").glob("*"):
             if arch_dir.is_dir():
                 shutil.rmtree(arch_dir)
-        (fam / "__init__.py").write_text(ex.render_family_init(fam.name, {}))
+        (fam / "__init__.py").write_text(render_family_init(fam.name, {}))
     return dest_root
 
 
 def add_promotion(root: Path, family: str, arch: str, functions: dict[str, float], register: str | None = None,
                   slug: str | None = None, supports: str = "") -> None:
     """Write _impls/<arch>/ (register.py, manifest) for ``family`` and re-render the family __init__."""
-    ex = load_exporter()
+    from kda_lab.export.overlay import MANIFEST, write_family_init
+
     d = root / "kda_kernels" / "diffusion" / family / "_impls" / arch
     if d.exists():
         shutil.rmtree(d)
@@ -279,8 +269,8 @@ def add_promotion(root: Path, family: str, arch: str, functions: dict[str, float
         "evidence": {"check": {}, "bench": {"commit": "f1x7ure", "date": "2026-11-21", "run_id": "r-fixture",
                                             "gpu_name": "fixture"}},
     }
-    (d / ex.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    ex.write_family_init(root, family)
+    (d / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_family_init(root, family)
 
 
 FULL = {

@@ -16,13 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from kda_lab.export import Refusal
+from kda_lab.export.patch import pinned_release_init, render_patch
+
 _spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
 _spec.loader.exec_module(fx)
 
-ex = fx.load_exporter()
+
 PATCH = fx.REPO / "patches" / "sglang_kda_kernels.patch"
+KDA_EXPORT = (sys.executable, "-m", "kda_lab", "export")
 REL = "python/sglang/__init__.py"
 
 
@@ -38,7 +42,7 @@ def release_init() -> str:
         except metadata.PackageNotFoundError:
             pytest.skip("sglang is on the path without its dist-info (e.g. unpacked on the GPU box): "
                         "set KDA_SGLANG_WHEEL")
-    text, _ = ex.pinned_release_init(Path(wheel) if wheel else None)
+    text, _ = pinned_release_init(Path(wheel) if wheel else None)
     return text
 
 
@@ -61,20 +65,20 @@ def checkout(tmp_path):
 
 
 def test_patch_is_what_regen_produces_for_the_release():
-    assert PATCH.read_text() == ex.render_patch(release_init()), \
-        "patches/sglang_kda_kernels.patch is stale: run export.py --regen-patch"
+    assert PATCH.read_text() == render_patch(release_init()), \
+        "patches/sglang_kda_kernels.patch is stale: run `kda export --regen-patch`"
 
 
 def test_regen_patch_cli_reproduces_the_committed_patch(tmp_path, checkout):
     out = tmp_path / "regen.patch"
-    p = subprocess.run([sys.executable, str(fx.EXPORTER), "--regen-patch", "--out", str(out)], capture_output=True,
-                       text=True)
+    p = subprocess.run([*KDA_EXPORT, "--regen-patch", "--out", str(out)], capture_output=True, text=True,
+                       cwd=fx.REPO)
     if fx.sglang_available():
         assert p.returncode == 0, p.stderr
         assert out.read_text() == PATCH.read_text()
     out2 = tmp_path / "checkout.patch"
-    p = subprocess.run([sys.executable, str(fx.EXPORTER), "--regen-patch", "--sglang-init", str(checkout),
-                        "--out", str(out2)], capture_output=True, text=True)
+    p = subprocess.run([*KDA_EXPORT, "--regen-patch", "--sglang-init", str(checkout), "--out", str(out2)],
+                       capture_output=True, text=True, cwd=fx.REPO)
     assert p.returncode == 0, p.stderr
     assert out2.read_text() == PATCH.read_text()
 
@@ -95,15 +99,15 @@ def test_patch_applies_cleanly_and_reverts(checkout):
 
 def test_regen_refuses_an_already_patched_or_foreign_file(tmp_path, checkout):
     git(checkout, "apply", str(PATCH))
-    with pytest.raises(ex.Refusal, match="already contains"):
-        ex.render_patch((checkout / REL).read_text())
+    with pytest.raises(Refusal, match="already contains"):
+        render_patch((checkout / REL).read_text())
     whl = tmp_path / "fake.whl"
     import zipfile
 
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("sglang/__init__.py", "# not the release\n")
-    with pytest.raises(ex.Refusal, match="is not sglang 0.5.23's"):
-        ex.pinned_release_init(whl)
+    with pytest.raises(Refusal, match="is not sglang 0.5.23's"):
+        pinned_release_init(whl)
 
 
 def _patched_site(tmp_path: Path, checkout: Path) -> Path:

@@ -2,6 +2,7 @@
 
 Modules: :mod:`runtime` (single-process SGLang distributed state and server args), :mod:`models` (the e2e rows:
 which SGLang class, which config, which production row it is sized from), :mod:`measure` (interleaved timing,
-output agreement, profiler shares), :mod:`ledger` (``e2e/rows.csv``, append-only, hash-chained; the frozen pre-tier ``e2e/benchmark.csv``),
-:mod:`command` (the CLI), :mod:`report` (the section `kda report` adds). See docs/e2e.md.
+output agreement, profiler shares), :mod:`command` (the CLI), :mod:`report` (the section `kda report` adds). The
+ledger (``e2e/rows.csv``, append-only, hash-chained; the frozen pre-tier ``e2e/benchmark.csv``) lives with the
+other ledgers, in :mod:`kda_lab.ledger.e2e`. See docs/e2e.md.
 """

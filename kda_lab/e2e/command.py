@@ -41,8 +41,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 def cmd_e2e(args: argparse.Namespace) -> int:
     import torch
 
-    from kda_lab.e2e import ledger, runtime, tiering
     from kda_lab.e2e import rows as e2e_rows
+    from kda_lab.e2e import runtime, tiering
+    from kda_lab.ledger import e2e as e2e_ledger
     from kda_lab.paths import repo_root
 
     try:
@@ -82,13 +83,13 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         stamp(rec, run_id, env, args.supersedes)
         results.append(rec)
     if not args.no_record:
-        ledger.append(repo_root(), results)
+        e2e_ledger.append(repo_root(), results)
     out_dir = os.environ.get("OUT") if args.out is None else args.out
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
         if not args.no_record:  # the GPU box has no git: the lead copies this back over e2e/rows.csv
-            shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
+            shutil.copy2(e2e_ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
     print(f"kda e2e: run {run_id} on {env.get('gpu_name')} ({'tiny' if tiny else 'production'} sizes, "
           f"quality {quality}, DiT blocks {blocks or 'full'}, {args.trials} trials)"
           f"{'' if args.no_record else ', appended to e2e/rows.csv'}")

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kda_lab.e2e import ledger
+from kda_lab.ledger import e2e as e2e_ledger
 
 DEFAULT_TIER = "lossless"
 
 
 def latest_gpu_rows(root: Path) -> list[dict[str, str]]:
     """The latest GPU measurement per (row, quality, stage), superseded runs left out."""
-    rows = ledger.read(root)
+    rows = e2e_ledger.read(root)
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
     latest: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in rows:

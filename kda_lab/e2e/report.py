@@ -17,14 +17,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kda_lab.e2e import ledger
+from kda_lab.ledger import e2e as e2e_ledger
 
 PLOT = Path("docs/plots/e2e/speedup.png")
 
 
 def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
     """(latest GPU module measurement per (row, tier) in ledger order, the legacy rows first; number of CPU rows)."""
-    rows = [*ledger.read_legacy(root), *ledger.read(root)]
+    rows = [*e2e_ledger.read_legacy(root), *e2e_ledger.read(root)]
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
     latest: dict[tuple[str, str], dict[str, str]] = {}
     cpu = 0
@@ -42,7 +42,7 @@ def latest_requests(root: Path) -> list[tuple[str, str, dict[str, Any], list[dic
     """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier."""
     from kda_lab.e2e.request import summarize
 
-    rows = ledger.read(root)
+    rows = e2e_ledger.read(root)
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
     runs: dict[tuple[str, str], list[dict[str, str]]] = {}
     for r in rows:

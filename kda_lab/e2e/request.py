@@ -116,8 +116,9 @@ def list_text() -> str:
 def cmd_request(args: argparse.Namespace, quality: str) -> int:
     import torch
 
-    from kda_lab.e2e import ledger, runtime
+    from kda_lab.e2e import runtime
     from kda_lab.e2e.run import run_row, stamp, start
+    from kda_lab.ledger import e2e as e2e_ledger
     from kda_lab.paths import repo_root
 
     if args.request == "list" or args.list_requests:
@@ -149,7 +150,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
         rec.update(request=r.name, steps=steps)
         results.append(rec)
     if not args.no_record:
-        ledger.append(repo_root(), results)
+        e2e_ledger.append(repo_root(), results)
     out_dir = os.environ.get("OUT") if args.out is None else args.out
     summary = summarize(results)
     if out_dir:
@@ -158,7 +159,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
             json.dumps({"rows": results, "request": summary}, indent=1, default=str)
         )
         if not args.no_record:
-            shutil.copy2(ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
+            shutil.copy2(e2e_ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
     print(
         f"kda e2e: request {r.name} run {run_id} on {env.get('gpu_name')} "
         f"({'tiny' if tiny else 'production'}, "

@@ -1,7 +1,7 @@
 """Whether a ledger row's ``git_commit`` backs it: the commit is in the repository's history (an ancestor of
 HEAD) and holds the task's ``src/`` at the row's ``source_hash``.
 
-The exporter's gate and ``export.py --check`` count a check or bench row as evidence only when this holds, so
+The exporter's gate and ``kda export --check`` count a check or bench row as evidence only when this holds, so
 a row that names a commit nobody has (``fff...``), or a commit whose sources hash to something else (measured
 on uncommitted edits), never promotes. Git only (no torch); results are cached per (repository, commit,
 folder).
@@ -13,7 +13,7 @@ import functools
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from kda_lab.ledger_io import blobs, git
+from kda_lab.ledger.store import blobs, git
 from kda_lab.task.schema import hash_contents, hashed_source
 
 

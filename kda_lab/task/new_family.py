@@ -235,8 +235,8 @@ def _family_init(root: Path, name: str, stamped: Stamped) -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; sys.path.insert(0, 'scripts/export_kda_kernels'); "
-            f"import export; export.write_family_init(Path('.'), {name!r})")
+    code = ("from pathlib import Path; from kda_lab.export.overlay import write_family_init; "
+            f"write_family_init(Path('.'), {name!r})")
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        env={**__import__("os").environ, "PYTHONPATH": str(root)})
     if r.returncode != 0:

@@ -161,13 +161,19 @@ def resolve_task_dir(name: str | Path) -> Path:
     raise TaskError(f"no task {str(name)!r} (looked in {kernels_dir()}); known tasks: {known}")
 
 
+def read_task_toml(task_dir: Path, where: str | None = None) -> dict[str, Any]:
+    """``task_dir``'s task.toml as parsed TOML, its values not checked yet (:func:`parse_task` checks them); a file
+    that is not UTF-8 TOML is a TaskError naming it as ``where`` (default: its path)."""
+    path = Path(task_dir) / "task.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskError(f"{where or path}: not valid TOML: {e}") from None
+
+
 def load_task(name: str | Path) -> Task:
     path = resolve_task_dir(name)
-    try:
-        raw = tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise TaskError(f"{path / 'task.toml'}: not valid TOML: {e}") from None
-    return parse_task(raw, path)
+    return parse_task(read_task_toml(path), path)
 
 
 def all_task_dirs() -> list[Path]:
@@ -177,7 +183,7 @@ def all_task_dirs() -> list[Path]:
 
 # Runtime helpers of kda_kernels that a candidate's host path runs (kept launches, runs_here): a candidate that
 # imports one is measured with it, so the helper's bytes are part of that candidate's source hash and a changed
-# helper needs new evidence (the exporter's gate and `export.py --check` see it). A helper that imports another
+# helper needs new evidence (the exporter's gate and `kda export --check` see it). A helper that imports another
 # (launch_direct runs launch_cache's KeptLaunch) brings it into the hash too (HELPER_IMPORTS).
 HASHED_HELPERS = ("launch_cache", "launch_direct")
 HELPER_IMPORTS = {"launch_direct": ("launch_cache",)}

@@ -6,7 +6,7 @@ Runs against commit d0dea7a's src/ only (c008: force_path 6, force_path 7, regis
 since path E measured negative (docs/notes.md "c008 on the H200 (2026-11-27): negative"; its result is
 dev/results/20261127-sweep_large_c008.json); c007's extension has no path E, so to rerun it, check out c008's
 sources first, e.g. `git checkout d0dea7a -- kernels/h200_diffusion_group_norm_silu__multi_shape/src` (and back
-with `git checkout HEAD -- .../src` afterwards; export.py --check compares the export with src/).
+with `git checkout HEAD -- .../src` afterwards; kda export --check compares the export with src/).
 
     python kernels/h200_diffusion_group_norm_silu__multi_shape/dev/sweep_large.py              # 14 rows, $OUT/sweep_large.json
     python .../dev/sweep_large.py --rows all --budget-s 300                                    # every >= 16 MB row

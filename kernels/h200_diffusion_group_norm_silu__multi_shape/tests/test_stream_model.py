@@ -28,7 +28,7 @@ def test_stream_model_against_fp64_and_wrong_variants(tmp_path: Path) -> None:
 
 
 def test_path_e_header_not_in_src() -> None:
-    # src/ is c007 (promoted; export.py --check compares the export with it): path E's header lives under dev/.
+    # src/ is c007 (promoted; kda export --check compares the export with it): path E's header lives under dev/.
     assert (PATH_E / "gns_sched.h").is_file()
     assert not (TASK / "src" / "gns_sched.h").exists()
     assert "gns_sched.h" not in (TASK / "src" / "gns_kernels.cuh").read_text()

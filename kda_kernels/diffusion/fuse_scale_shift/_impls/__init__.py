@@ -1,1 +1,1 @@
-"""Exported copies of promoted task sources, one folder per arch (written by scripts/export_kda_kernels/export.py)."""
+"""Exported copies of promoted task sources, one folder per arch (written by `kda export`)."""

@@ -29,9 +29,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from kda_lab import ledger, ledger_io
+from kda_lab import ledger
+from kda_lab.ledger import store
 
-E2E_LEDGER = "e2e/rows.csv"  # one-schema CSV ledger: its own header line gives its columns (kda_lab.ledger_io)
+E2E_LEDGER = "e2e/rows.csv"  # one-schema CSV ledger: its own header line gives its columns (kda_lab.ledger.store)
 
 
 class BoxLedgerError(RuntimeError):
@@ -51,7 +52,7 @@ def _new_rows(kind: str, base: str, box: str, rel: str) -> list[dict]:
         elif kind == "solutions":
             old, new = [], [json.loads(ln) for ln in box[len(base):].splitlines() if ln.strip()]
         else:
-            old, new = ledger_io.csv_rows(base), ledger_io.csv_rows(box)
+            old, new = store.csv_rows(base), store.csv_rows(box)
     except ledger.LedgerError as e:
         raise BoxLedgerError(str(e)) from e
     return [{k: v for k, v in r.items() if k != "chain"} for r in new[len(old):]]
@@ -105,7 +106,7 @@ def merge_file(root: Path, commit: str, rel: str, box: str) -> str:
             ledger.append_solution(path.parent, **r)
     else:
         header = tuple(next(csv.reader([local.splitlines()[0]])))
-        ledger_io.append_csv(path, header, fresh, name=rel)
+        store.append_csv(path, header, fresh, name=rel)
     skipped = len(rows) - len(fresh)
     return f"appended {len(fresh)} rows" + (f" ({skipped} already here, skipped)" if skipped else "")
 
@@ -143,7 +144,7 @@ def unpack(root: Path, tgz: Path, commit: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kda_lab.measure.box_ledgers", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m kda_lab.ledger.box", description=__doc__.splitlines()[0])
     p.add_argument("tgz", nargs="+", type=Path, help="the calls' ledgers.tgz, in call order")
     p.add_argument("--commit", help="the commit the box measured from (default: .kda-git-commit)")
     p.add_argument("--root", type=Path, default=Path.cwd())

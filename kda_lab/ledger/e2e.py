@@ -1,10 +1,10 @@
 """``e2e/rows.csv``: the append-only ledger of `kda e2e` runs (one row per model row, tier and stage per run).
 
 Same discipline as the task ledgers (kda_lab.ledger): a fixed header, a hash chain over every row (``chain`` =
-sha256 of the previous chain and this row's content, kda_lab.ledger's helper), and the committed file must be a
-prefix of the working copy and every committed version must extend the one before it (kda_lab.ledger's
-validate_against_git and validate_git_history, the rules of the task ledgers). `kda validate` runs it. Mistakes are fixed by a run that names the run
-it supersedes, never by editing.
+sha256 of the previous chain and this row's content), and the committed file must be a prefix of the working
+copy and every committed version must extend the one before it (validate_against_git and validate_git_history,
+the rules of the task ledgers); kda_lab.ledger.store holds all of that. `kda validate` runs it. Mistakes are
+fixed by a run that names the run it supersedes, never by editing. `kda e2e` (kda_lab.e2e) appends here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger_io import LedgerError, append_csv, csv_rows, read_text, validate_csv
+from kda_lab.ledger.store import LedgerError, append_csv, csv_rows, read_text, validate_csv
 
 E2E_DIR = "e2e"
 # Frozen: the runs before quality tiers (module forwards with no tier, no loader transforms; every promoted kernel
@@ -93,7 +93,7 @@ def _row_problem(row: dict[str, Any]) -> str:
 
 def append(root: Path, rows: list[dict[str, Any]]) -> None:
     """Append rows to e2e/rows.csv (unknown keys rejected), extending the hash chain under the ledger lock
-    (kda_lab.ledger_io); creates the file if needed. The legacy ledger is never appended to."""
+    (kda_lab.ledger.store); creates the file if needed. The legacy ledger is never appended to."""
     def check(row: dict[str, Any]) -> None:
         why = _row_problem(row)
         if why:
@@ -105,7 +105,7 @@ def append(root: Path, rows: list[dict[str, Any]]) -> None:
 def validate(root: Path) -> list[str]:
     """Both e2e ledgers (the frozen legacy one and the tiered one): header, statuses, tiers and stages, numbers,
     environment columns, duplicate rows of a run, hash chain, a cut last line, and append-only against the whole git
-    history and HEAD (the task ledgers' rules, kda_lab.ledger_io)."""
+    history and HEAD (the task ledgers' rules, kda_lab.ledger.store)."""
     def legacy_status(row: dict[str, str]) -> str:
         return "" if row["status"] in STATUSES else f"status {row['status']!r} not in {STATUSES}"
 

@@ -1,7 +1,7 @@
 """The machinery every append-only ledger shares: UTF-8 reads, locked appends, the hash chain, chained CSV,
 and the append-only rules against git. One place: the task ledgers (:mod:`kda_lab.ledger`), the e2e ledger
-(:mod:`kda_lab.e2e.ledger`, which keeps its own columns) and the GPU box merge
-(:mod:`kda_lab.measure.box_ledgers`) all write through here.
+(:mod:`kda_lab.ledger.e2e`, which keeps its own columns) and the GPU box merge (:mod:`kda_lab.ledger.box`) all
+write through here.
 
 Appends take an exclusive ``fcntl`` lock on the ledger file and read the file again under it, so the new
 rows chain from the last row actually in the file: two processes appending at once no longer break the

@@ -1,4 +1,11 @@
-"""The two append-only ledgers of a task folder: ``benchmark.csv`` and ``solutions.jsonl``.
+"""Every append-only ledger of the lab, in one package; this module is the two of a task folder:
+``benchmark.csv`` and ``solutions.jsonl``.
+
+The package: :mod:`kda_lab.ledger.store` (what every ledger shares: UTF-8 reads, locked appends, the hash
+chain, chained CSV, the append-only rules against git), this module (the task ledgers), :mod:`kda_lab.ledger.e2e`
+(``e2e/rows.csv``, the `kda e2e` ledger) and :mod:`kda_lab.ledger.box` (the GPU box's ledgers merged back,
+``scripts/unpack_ledgers.sh``). It imports no stage: ``measure``, ``e2e``, ``report`` and ``export`` all read
+and write ledgers through here, and none of them needs another for it.
 
 Both carry a hash chain (``chain`` = sha256 of the previous row's chain and this row's content), so an
 edited or removed historical row is detectable from the file alone. The chain has no fixed end, so dropping
@@ -18,7 +25,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger_io import (
+from kda_lab.evidence import gpu_model_arch
+from kda_lab.ledger.store import (
     LedgerError,
     append_locked,
     chain,
@@ -30,10 +38,6 @@ from kda_lab.ledger_io import (
     validate_git_history,
 )
 from kda_lab.stats import geomean
-
-# The names other modules have imported from here (the machinery lives in kda_lab.ledger_io).
-_chain, _row_content = chain, row_content
-__all__ = ["LedgerError", "chained_csv", "now_iso", "validate_against_git", "validate_git_history"]
 
 BENCHMARK_FILE = "benchmark.csv"
 SOLUTIONS_FILE = "solutions.jsonl"
@@ -144,7 +148,7 @@ def benchmark_rows_from_text(text: str, where: str) -> list[dict[str, str]]:
     return [_as_row(columns, fields) for _, columns, fields in rows]
 
 
-def _last_chain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
+def _lastchain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
     if not rows:
         return ""
     _, columns, fields = rows[-1]
@@ -153,7 +157,7 @@ def _last_chain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
 
 def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
     """Append rows (unknown keys rejected, missing keys empty), extending the hash chain from the last row in the
-    file under an exclusive lock (kda_lab.ledger_io.append_locked). A ledger written under an older schema gets the
+    file under an exclusive lock (kda_lab.ledger.store.append_locked). A ledger written under an older schema gets the
     current header line first (its rows stay as they are)."""
     path = Path(task_dir) / BENCHMARK_FILE
 
@@ -167,7 +171,7 @@ def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
         for _, fields in _records(text):
             if tuple(fields) in BENCHMARK_SCHEMAS:
                 header_in_force = tuple(fields)
-        return chained_csv(BENCHMARK_COLUMNS, rows, _last_chain(existing), header=header_in_force != BENCHMARK_COLUMNS,
+        return chained_csv(BENCHMARK_COLUMNS, rows, _lastchain(existing), header=header_in_force != BENCHMARK_COLUMNS,
                            name=BENCHMARK_FILE)
 
     append_locked(path, build)
@@ -219,7 +223,7 @@ def validate_benchmark_csv(path: Path) -> list[str]:
             problems.append(f"{where}: environment columns empty: {missing_env}")
         if not row["run_id"] or not row["source_hash"]:
             problems.append(f"{where}: run_id and source_hash are required")
-        if row["chain"] != _chain(prev, _row_content(row, columns)):
+        if row["chain"] != chain(prev, row_content(row, columns)):
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
         prev = row["chain"]
@@ -250,8 +254,6 @@ def duplicate_runs(rows: list[tuple[str, dict[str, str]]]) -> list[str]:
 
 
 def _run_identity(rows: list[dict[str, str]]) -> tuple[str, str, frozenset[tuple[str, str]]]:
-    from kda_lab.evidence import gpu_model_arch
-
     first = rows[0]
     return (first["mode"], f"{first['arch']} on {gpu_model_arch(first['gpu_name'])}",
             frozenset((r["function"], r["row"]) for r in rows))
@@ -337,7 +339,7 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
             prev = json.loads(last)["chain"] if last else ""
         except (json.JSONDecodeError, KeyError, TypeError):
             raise LedgerError(f"{path}: the last line is not a ledger row; run `kda validate`") from None
-        row["chain"] = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
+        row["chain"] = chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
         return json.dumps(row, sort_keys=True) + "\n"
 
     append_locked(path, build)
@@ -385,7 +387,7 @@ def validate_solutions(path: Path) -> list[str]:
                 problems.append(f"{where}: duplicate run id {run_id} for a {row['event']} row (first at "
                                 f"{runs_seen[(row['event'], run_id)]}): a run was appended twice")
             runs_seen.setdefault((row["event"], run_id), where)
-        expect = _chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
+        expect = chain(prev, json.dumps({k: row[k] for k in SOLUTION_FIELDS if k != "chain"}, sort_keys=True))
         if row["chain"] != expect:
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
