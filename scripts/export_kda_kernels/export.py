@@ -104,11 +104,16 @@ def load_task_meta(task_dir: Path) -> TaskMeta:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise Refusal(f"{path}: not valid TOML: {e}") from e
+    from kda_lab.task.twins import TwinError, with_home_rows
     from kda_lab.task.types import type_problems
 
     wrong = type_problems(raw, str(path))
     if wrong:
         raise Refusal("\n  ".join(wrong))
+    try:
+        raw = with_home_rows(raw, task_dir)  # a twin's rows are its home's (rows_from), then its own
+    except TwinError as e:
+        raise Refusal(str(e)) from None
     for key in ("slug", "arch", "family", "functions"):
         if key not in raw:
             raise Refusal(f"{path}: missing {key!r}")
