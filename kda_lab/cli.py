@@ -10,7 +10,7 @@ from importlib import import_module
 from kda_lab import ledger, report
 from kda_lab.evidence import bench_row_counts
 from kda_lab.report.peers import vs_best_peer_cell
-from kda_lab.task import Task, TaskError, all_task_dirs, load_task, validate_task_dir
+from kda_lab.task import Task, TaskError, all_task_dirs, load_task, resolve_task_dir, validate_task_dir
 
 # Subcommands that live in their own modules (one job each); each defines register(subparsers).
 PLUGIN_COMMANDS: tuple[str, ...] = ("kda_lab.task.stamp", "kda_lab.task.new_family", "kda_lab.export.command",
@@ -86,7 +86,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    dirs = [load_task(n).path for n in args.tasks] if args.tasks else all_task_dirs()
+    # resolved, not loaded: a task.toml that does not load is a problem validate_task_dir reports
+    dirs = [resolve_task_dir(n) for n in args.tasks] if args.tasks else all_task_dirs()
     bad = 0
     for d in dirs:
         problems = validate_task_dir(d)

@@ -1,7 +1,7 @@
 """The three ways to add to the lab (docs/workflow.md, "Adding to the lab"), each end to end on a fresh
 `git clone` of this repository, following only the documented commands:
 
-1. a new task of a known family: `kda new-task`;
+1. a new task of a known family: `kda new-task` (and its twin on the other GPU, which takes its rows);
 2. a new family for an SGLang function: `kda new-family NAME --sglang module:function`, then `kda new-task`;
 3. a new module-level fast path for a model class: `kda new-family NAME --fast-path module:Class`, then
    `kda new-task`.
@@ -142,6 +142,18 @@ def test_path_1_a_new_task_of_a_known_family(clone: Path) -> None:
     assert v.returncode == 0, v.stdout + v.stderr
     check_interpret(clone, slug)
     commit_as_hinted_and_launch(clone, slug)
+    # the same task on the other GPU: its twin (docs/workflow.md, "Twins share rows"), which takes the rows
+    # and tolerances written above (rows_from); its launched worktree finds them
+    twin = "b200_diffusion_fuse_scale_shift__ext"
+    kda(clone, "new-task", twin, "--family", "fuse_scale_shift", "--title", "B200 adaLN modulation, one row")
+    toml = (clone / "kernels" / twin / "task.toml").read_text()
+    assert f'rows_from = "{slug}"' in toml and "[[workloads]]" not in toml and "[tolerances]" not in toml
+    refused(clone, twin, f"{twin}/prompt.md:", "unresolved TODO(stamp)")
+    resolve_prompt(clone / "kernels" / twin)
+    v = kda(clone, "validate", twin, ok=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "test_ln_select01_tail_affine [float32] seed 0: ok" in check_interpret(clone, twin)  # a home row
+    commit_as_hinted_and_launch(clone, twin)
 
 
 RESIDUAL_ORACLE = '''def residual_gate_fp32_oracle(a: Args) -> tuple[torch.Tensor, ...]:

@@ -24,6 +24,7 @@ from kda_lab.families.group_norm_silu import (
 from kda_lab.measure.correctness import check_row
 from kda_lab.measure.inputs import make_inputs
 from kda_lab.task import load_task
+from kda_lab.task.workloads import Workload
 
 TASKS = ("h200_diffusion_group_norm_silu__multi_shape", "b200_diffusion_group_norm_silu__multi_shape")
 
@@ -291,12 +292,16 @@ def test_make_inputs_honours_the_channels_last_row() -> None:
 # ------------------------------------------------------------------------------------------------ task tables
 
 CAPTURES = {"h200": 96, "b200": 160}
+HOME_CAPTURE = f"{TASKS[0]}.jsonl"
 
 
 @pytest.mark.parametrize("task_name", TASKS)
 def test_production_rows_are_every_capture(task_name: str) -> None:
-    """Every captured call is a production row (none dropped or merged), with model and preset provenance;
-    where the capture files are present (a directory named by KDA_CAPTURES_DIR), the tensors match them."""
+    """Every call of the task's GPU's capture is a production row (none dropped or merged), with model and preset
+    provenance. The b200 task takes the home's rows (rows_from: they cite the home's capture, and the b200 capture
+    holds each of them too) and adds the calls only its capture holds, which cite it. Where the capture files are
+    present (a directory named by KDA_CAPTURES_DIR), the tensors match the lines cited and every line of the task's
+    own capture is a row."""
     import json
     import os
     from pathlib import Path
@@ -312,9 +317,15 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
     assert all("latent_upsampler.py" in w.source or "flux3_image_vae.py" in w.source or "VAE decoder" in w.source
                for w in derived)
     capture = f"{arch}_diffusion_group_norm_silu__multi_shape.jsonl"
-    lines = sorted(int(w.source.rsplit(":", 1)[1]) for w in prod)
-    assert lines == list(range(1, CAPTURES[arch] + 1))
-    assert all(w.source.startswith(f"captured:{capture}:") for w in prod)
+    cited: dict[str, list[int]] = {}
+    for w in prod:
+        assert w.source.startswith("captured:"), w.source
+        file, _, line = w.source.removeprefix("captured:").rpartition(":")
+        cited.setdefault(file, []).append(int(line))
+    assert sorted(cited.pop(HOME_CAPTURE)) == list(range(1, CAPTURES["h200"] + 1))  # the home's rows
+    own = cited.pop(capture, [])
+    assert cited == {} and len(set(own)) == len(own) and all(1 <= n <= CAPTURES[arch] for n in own)
+    assert len(prod) == CAPTURES[arch]  # one row per call of this GPU's capture
     assert {(w.model, w.preset) for w in prod} == {("HunyuanVideo", "hunyuanvideo")}
     for w in prod:
         assert (w.args["num_groups"], w.args["eps"]) == (32, 1e-6) and w.args["weight"].shape == (w.args["x"].shape[1],)
@@ -322,12 +333,24 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
             assert "hunyuanvae.py" in w.note  # where the <GroupNorm> placeholder's parameters come from
     captures = os.environ.get(CAPTURES_DIR_ENV)
     if captures:
-        path = Path(captures) / capture
-        assert path.is_file(), f"{CAPTURES_DIR_ENV}={captures} has no {capture}"
-        caps = [json.loads(line) for line in path.read_text().splitlines()]
-        for w in prod:
-            cap = caps[int(w.source.rsplit(":", 1)[1]) - 1]
+        caps = {}
+        for name in {HOME_CAPTURE, capture}:
+            path = Path(captures) / name
+            assert path.is_file(), f"{CAPTURES_DIR_ENV}={captures} has no {name}"
+            caps[name] = [json.loads(line) for line in path.read_text().splitlines()]
+
+        def x_of(cap: dict) -> tuple:
             x = cap["args"][0]
+            return tuple(x["shape"]), x["dtype"], None if x["contiguous"] else tuple(x["strides"])
+
+        def x_row(w: Workload) -> tuple:
+            return w.args["x"].shape, w.args["x"].dtype, w.args["x"].strides
+
+        for w in prod:
+            file, _, line = w.source.removeprefix("captured:").rpartition(":")
+            cap = caps[file][int(line) - 1]
             assert cap["kernel"].endswith(w.fn) and cap["model"] == "hunyuanvideo"
-            assert (list(w.args["x"].shape), w.args["x"].dtype) == (x["shape"], x["dtype"])
-            assert w.args["x"].strides == (None if x["contiguous"] else tuple(x["strides"]))
+            assert x_of(cap) == x_row(w)
+        assert len(caps[capture]) == CAPTURES[arch]
+        for cap in caps[capture]:  # this GPU's every call is a row of the task, the home's or its own
+            assert any(cap["kernel"].endswith(w.fn) and x_of(cap) == x_row(w) for w in prod), cap

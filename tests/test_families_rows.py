@@ -1,5 +1,6 @@
-"""Test rows have one home: the family's h200 task.toml (kda_lab.families.rows). Every other task of the
-family carries exactly those rows, and `kda new-task` copies their blocks from there."""
+"""Test rows have one home: the family's h200 task.toml (kda_lab.families.rows). A twin takes them from there
+with the production rows (rows_from, tests/test_task_twins.py); every other task of the family carries exactly
+those rows, and `kda new-task` copies their blocks from there."""
 
 from __future__ import annotations
 
@@ -74,15 +75,17 @@ def test_kda_validate_refuses_a_twin_whose_test_rows_drifted(tmp_path: Path) -> 
 
     repo = Path(__file__).resolve().parents[1]
     (tmp_path / "kda_lab").mkdir()  # marks the lab root for kda_lab.paths
-    for slug in ("h200_diffusion_norm_infer__multi_shape", "b200_diffusion_norm_infer__multi_shape"):
+    # a b200 task that keeps its own rows (not rows_from: its task.toml says why), so its copy can drift
+    for arch in ("h200", "b200"):
+        slug = f"{arch}_diffusion_fuse_scale_shift__multi_shape"
         shutil.copytree(repo / "kernels" / slug, tmp_path / "kernels" / slug,
                         ignore=shutil.ignore_patterns("__pycache__", "dev", "ncu", "profile"))
-    twin = tmp_path / "kernels/b200_diffusion_norm_infer__multi_shape/task.toml"
+    twin = tmp_path / "kernels/b200_diffusion_fuse_scale_shift__multi_shape/task.toml"
     text = twin.read_text()
     at = text.index("shape = [", text.index('kind = "test"'))
     twin.write_text(text[:at] + "shape = [99, " + text[at + len("shape = ["):])
     r = subprocess.run([sys.executable, "-m", "kda_lab", "validate", twin.parent.name],
                        env={**os.environ, "KDA_ROOT": str(tmp_path)}, capture_output=True, text=True,
                        timeout=300)
-    why = "its test rows differ from h200_diffusion_norm_infer__multi_shape's"
+    why = "its test rows differ from h200_diffusion_fuse_scale_shift__multi_shape's"
     assert r.returncode != 0 and why in r.stdout, r.stdout + r.stderr

@@ -161,7 +161,8 @@ def test_adding_to_the_lab_documents_commands_that_parse() -> None:
     docs = (REPO / "docs" / "workflow.md").read_text()
     section = docs.split("## Adding to the lab", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"^ {4}(kda .+)$", section, flags=re.M)
-    assert [c.split()[1] for c in commands] == ["new-task", "new-family", "new-family"]
+    # a task, its twin on the other GPU (rows_from), a family, a fast path
+    assert [c.split()[1] for c in commands] == ["new-task", "new-task", "new-family", "new-family"]
     for c in commands:
         build_parser().parse_args(shlex.split(c)[1:])  # SystemExit on a command the CLI does not take
     for rel in ("kda_lab/families/<family>.py", "kda_kernels/registry.py", "kda_kernels/contracts.py",

@@ -1,4 +1,5 @@
-"""`kda new-task`: a stamped folder has every scaffold, converts captures, and fails validation until edited."""
+"""`kda new-task`: a stamped folder has every scaffold, converts captures, and fails validation until edited; a
+second arch of an existing task is stamped as its twin (rows_from)."""
 
 from __future__ import annotations
 
@@ -38,29 +39,41 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_stamped_folder_needs_editing_then_validates(root: Path, tmp_path: Path):
-    home = "h200_diffusion_fuse_scale_shift__multi_shape"  # where the family's test rows are written
-    (root / "kernels" / home).mkdir()
-    shutil.copy2(Path(__file__).resolve().parents[1] / "kernels" / home / "task.toml", root / "kernels" / home)
-    cap = tmp_path / "caps.jsonl"
-    cap.write_text("\n".join(json.dumps(c) for c in CAPTURE) + "\n")
-    d = new_task("b200_diffusion_fuse_scale_shift__multi_shape", "fuse_scale_shift", "modulation", cap)
-    for rel in ("prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
-                "src/register.py", "tests/test_correctness.py"):
-        assert (d / rel).exists(), rel
-    assert (root / "scripts/launch_kernels").glob("k*_b200_diffusion_fuse_scale_shift__multi_shape.sh")
-    problems = validate_task_dir(d)
-    assert any("TODO(stamp)" in p for p in problems)  # not valid until a human or agent edits it
-    text = (d / "prompt.md").read_text()
-    assert "B200" in text and "H200" not in text and "sm_90" not in text and "sm_100a" in text
-    # Resolve the markers the way an editor would, then it validates.
+HOME = "h200_diffusion_fuse_scale_shift__multi_shape"  # where the family's test rows are written
+
+
+def with_home(root: Path) -> None:
+    (root / "kernels" / HOME).mkdir()
+    shutil.copy2(REPO / "kernels" / HOME / "task.toml", root / "kernels" / HOME)
+
+
+def resolve_markers(d: Path) -> None:
+    """Resolve the stamp markers the way an editor would."""
     for name in ("prompt.md", "interface.md", "task.toml"):
         p = d / name
         lines = [ln for ln in p.read_text().splitlines() if "TODO(stamp)" not in ln or "model =" in ln]
         p.write_text("\n".join(ln.split("  # TODO(stamp)")[0] for ln in lines) + "\n")
     assert todo_markers(d) == []
+
+
+def test_stamped_folder_needs_editing_then_validates(root: Path, tmp_path: Path):
+    with_home(root)
+    cap = tmp_path / "caps.jsonl"
+    cap.write_text("\n".join(json.dumps(c) for c in CAPTURE) + "\n")
+    slug = "b200_diffusion_fuse_scale_shift__wan"  # no task of another arch by that name: not a twin
+    d = new_task(slug, "fuse_scale_shift", "modulation", cap)
+    for rel in ("prompt.md", "interface.md", "task.toml", "benchmark.py", "benchmark.csv", "solutions.jsonl",
+                "src/register.py", "tests/test_correctness.py"):
+        assert (d / rel).exists(), rel
+    assert list((root / "scripts/launch_kernels").glob(f"k*_{slug}.sh"))
+    problems = validate_task_dir(d)
+    assert any("TODO(stamp)" in p for p in problems)  # not valid until a human or agent edits it
+    text = (d / "prompt.md").read_text()
+    assert "B200" in text and "H200" not in text and "sm_90" not in text and "sm_100a" in text
+    resolve_markers(d)  # then it validates
     assert validate_task_dir(d) == []
     task = load_task(d)
+    assert task.rows_from == "" and "rows_from" not in (d / "task.toml").read_text()
     rows = {w.name: w for w in task.workloads}
     prod = {n for n, w in rows.items() if w.kind == "production"}
     assert prod == {"qwen_fuse_scale_shift_kernel_1x4096x3072", "wan_ti2v_fuse_scale_shift_kernel_1x18144x3072"}
@@ -68,6 +81,29 @@ def test_stamped_folder_needs_editing_then_validates(root: Path, tmp_path: Path)
     wan = rows["wan_ti2v_fuse_scale_shift_kernel_1x18144x3072"]
     assert wan.args["scale"].strides == (334430208, 18432, 1) and wan.args["scale_constant"] == 0
     assert task.functions["fuse_scale_shift_kernel"].sglang.endswith("scale_shift_triton:fuse_scale_shift_kernel")
+
+
+def test_a_second_arch_of_a_task_is_stamped_as_its_twin(root: Path, tmp_path: Path):
+    """b200_<name> next to h200_<name> of the family takes the home's rows and tolerances (rows_from); of the
+    captured calls it keeps only those none of the home's rows makes."""
+    with_home(root)
+    b200_only = {**CAPTURE[0], "args": [{**a, "shape": [1, 777, 3072], "strides": [2386944, 3072, 1]}
+                                        if a["shape"][1] == 4096 else a
+                                        for a in CAPTURE[0]["args"]]}
+    cap = tmp_path / "caps.jsonl"
+    cap.write_text("\n".join(json.dumps(c) for c in [*CAPTURE, b200_only]) + "\n")
+    d = new_task("b200_diffusion_fuse_scale_shift__multi_shape", "fuse_scale_shift", "modulation", cap)
+    toml = (d / "task.toml").read_text()
+    assert f'rows_from = "{HOME}"' in toml and "[tolerances]" not in toml and 'kind = "test"' not in toml
+    assert "# Capture lines 1, 2: calls the home's rows make already (left out)." in toml
+    assert "H200" not in (d / "prompt.md").read_text() and "rows_from" in (d / "prompt.md").read_text()
+    resolve_markers(d)
+    assert validate_task_dir(d) == []
+    home, twin = load_task(root / "kernels" / HOME), load_task(d)
+    assert twin.rows_from == HOME and twin.tolerances == home.tolerances
+    assert twin.workloads[:-1] == home.workloads  # the home's rows, then the one call only this capture holds
+    assert twin.workloads[-1].name == "qwen_fuse_scale_shift_kernel_1x777x3072"
+    assert twin.workloads[-1].source.endswith("caps.jsonl:4")
 
 
 def test_refusals(root: Path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 
 from kda_lab.e2e.kernels import shares
 from kda_lab.paths import kernels_dir
+from kda_lab.task.twins import load_raw
 
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
@@ -115,7 +115,7 @@ def family_tolerance(families: set[str], dtype: torch.dtype, arch: str = "h200")
         path = kernels_dir() / f"{arch}_diffusion_{fam}__multi_shape" / "task.toml"
         if not path.exists():
             continue
-        tol = tomllib.loads(path.read_text()).get("tolerances", {}).get(name)
+        tol = load_raw(path.parent).get("tolerances", {}).get(name)  # a twin's are its home's (rows_from)
         if not tol or tol.get("bitwise"):
             continue
         if tol["atol"] >= best.atol and tol["rtol"] >= best.rtol:

@@ -1,10 +1,13 @@
 """A family's test rows, read from its home task's task.toml: the one place they are written.
 
 Every task of a family carries the family's test rows (tails, odd sizes, strided views; ``kind = "test"``).
-They are maintained in the family's home task, the ``h200`` one (the first task of the family otherwise), and
-``kda new-task`` copies their blocks from there verbatim, comments included. A new family has no home task
-yet: its first task is stamped with a TODO where its test rows go. :func:`drifted` names the tasks whose test
-rows differ from their home's (tests/test_families_rows.py holds the tree to it).
+They are maintained in the family's home task, the ``h200`` one (the first task of the family otherwise). A
+twin of the home on the other GPU takes them, with the production rows, through ``rows_from``
+(:mod:`kda_lab.task.twins`; ``kda new-task`` writes that for a second arch of an existing task). Any other
+task of the family gets the home's test-row blocks copied verbatim by ``kda new-task``, comments included, and
+:func:`drifted` names such a task whose test rows differ from the home's (tests/test_families_rows.py holds
+the tree to it; a twin cannot drift). A new family has no home task yet: its first task is stamped with a TODO
+where its test rows go.
 """
 
 from __future__ import annotations
@@ -17,18 +20,20 @@ from typing import Any
 from kda_lab.paths import kernels_dir
 
 HOME_ARCH = "h200"
+ROWS_FROM = "rows_from"  # kda_lab.task.twins' key (not imported from there: kda_lab.task imports this module)
 _BLOCK = re.compile(r"^\[\[workloads\]\]\s*$", re.M)
 
 
 def home_task(family: str, kernels: Path | None = None) -> Path | None:
-    """The task.toml holding ``family``'s test rows: its ``h200`` task, else its first task, else None."""
+    """The task.toml holding ``family``'s test rows: its ``h200`` task, else its first task, else None (a
+    twin, which takes its rows from another task through ``rows_from``, is never the home)."""
     found = []
     for toml in sorted((kernels or kernels_dir()).glob("*/task.toml")):
         try:
-            declared = tomllib.loads(toml.read_text()).get("family")
+            raw = tomllib.loads(toml.read_text())
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
             continue
-        if declared == family:
+        if raw.get("family") == family and ROWS_FROM not in raw:
             found.append(toml)
     return next((t for t in found if t.parent.name.startswith(f"{HOME_ARCH}_")), found[0] if found else None)
 
@@ -74,12 +79,15 @@ def family_test_spans(text: str) -> list[tuple[int, int]]:
 
 def drift(toml: Path, kernels: Path | None = None) -> str | None:
     """Why the task at ``toml`` does not carry exactly its family home's test rows (None: it does, it is the
-    home, or its family has none)."""
-    family = tomllib.loads(toml.read_text()).get("family")
+    home, it is a twin that takes them from a home through ``rows_from``, or its family has none)."""
+    raw = tomllib.loads(toml.read_text())
+    family = raw.get("family")
+    if ROWS_FROM in raw:  # its test rows are the home's own (kda_lab.task.twins refuses a twin's test rows)
+        return None
     home = home_task(family, kernels) if family else None
     if home is None or home.resolve() == toml.resolve():
         return None
-    own = [w for w in tomllib.loads(toml.read_text()).get("workloads", []) if w.get("kind") == "test"]
+    own = [w for w in raw.get("workloads", []) if w.get("kind") == "test"]
     if own == family_test_rows(family, kernels):
         return None
     return (f"{toml.parent.name}: its test rows differ from {home.parent.name}'s, the family's home (copy "

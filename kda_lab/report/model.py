@@ -15,6 +15,7 @@ from typing import Any
 
 from kda_lab import ledger
 from kda_lab.evidence import bench_row_counts
+from kda_lab.task.twins import TwinError, with_home_rows
 
 ORDER_FILE = Path("scripts/launch_kernels/order.txt")
 # Same thresholds as kda_lab.measure.run (not imported: that module needs torch).
@@ -226,6 +227,10 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
         problem = ""
     except (OSError, tomllib.TOMLDecodeError) as e:
         raw, problem = {}, f"task.toml unreadable: {e}"
+    try:
+        raw = with_home_rows(raw, task_dir)  # a twin's rows are its home's (rows_from), then its own
+    except TwinError as e:
+        problem = str(e)
     arch, family = str(raw.get("arch", "?")), str(raw.get("family", "?"))
     production = [(str(w.get("name")), str(w.get("model", ""))) for w in raw.get("workloads", [])
                   if w.get("kind") == "production"]

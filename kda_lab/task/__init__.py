@@ -1,8 +1,9 @@
 """What a task is: its task.toml (schema), workloads, byte model, folder contract and the stamper.
 
 The first stage of the data flow, and torch-free: ``kda tasks`` and ``kda validate`` import this package only.
-Chain: ``workloads`` (rows, a leaf) -> ``byte_model`` -> ``schema`` (Task, load_task, source_hash) ->
-``validate`` (folder contract) -> ``stamp`` (``kda new-task``, which also writes the task's launcher).
+Chain: ``workloads`` (rows, a leaf) -> ``byte_model`` -> ``twins`` (a twin's ``rows_from``: its home's rows
+and tolerances, put together for every reader) -> ``schema`` (Task, load_task, source_hash) -> ``validate``
+(folder contract) -> ``stamp`` (``kda new-task``, which also writes the task's launcher).
 """
 
 from kda_lab.task.schema import (

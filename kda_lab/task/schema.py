@@ -16,6 +16,7 @@ from kda_lab import ARCH_CAPABILITY, SGLANG_PIN
 from kda_lab.families import FAMILY_FUNCTIONS
 from kda_lab.paths import kernels_dir
 from kda_lab.task.byte_model import ByteModel
+from kda_lab.task.twins import ROWS_FROM, TwinError, with_home_rows
 from kda_lab.task.types import type_problems
 from kda_lab.task.workloads import DTYPES, Workload, parse_workload
 
@@ -24,7 +25,7 @@ REQUIRED_FILES = (
     "src/register.py", "tests/test_correctness.py",
 )
 TOP_KEYS = {"slug", "arch", "family", "title", "sglang_version", "functions", "tolerances", "workloads", "notes",
-            "seeds"}
+            "seeds", ROWS_FROM}
 FUNCTION_KEYS = {"name", "sglang", "entry", "reads", "writes", "exact", "note"}
 
 
@@ -60,6 +61,7 @@ class Task:
     workloads: tuple[Workload, ...]
     notes: str = ""
     seeds: int = 2  # seeds per row a check needs to count as evidence (task.toml ``seeds``)
+    rows_from: str = ""  # a twin's home: the task whose rows and tolerances it takes (kda_lab.task.twins)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -91,11 +93,17 @@ def _require(cond: bool, msg: str) -> None:
 
 
 def parse_task(raw: dict[str, Any], path: Path) -> Task:
+    """The Task of the task.toml ``raw`` read from the folder ``path``; a twin (``rows_from``) gets its home's
+    rows and tolerances here (kda_lab.task.twins), so every stage sees the rows put together the same way."""
     where = f"{path / 'task.toml'}"
     wrong = type_problems(raw, where)
     _require(not wrong, "\n    ".join(wrong))
     unknown = set(raw) - TOP_KEYS
     _require(not unknown, f"{where}: unknown keys {sorted(unknown)}")
+    try:
+        raw = with_home_rows(raw, path)
+    except TwinError as e:
+        raise TaskError(str(e)) from None
     for key in ("slug", "arch", "family", "functions", "tolerances", "workloads"):
         _require(key in raw, f"{where}: missing {key!r}")
     slug, arch, family = raw["slug"], raw["arch"], raw["family"]
@@ -147,7 +155,7 @@ def parse_task(raw: dict[str, Any], path: Path) -> Task:
     _require(any(w.kind == "production" for w in workloads), f"{where}: no production rows")
     return Task(slug=slug, arch=arch, family=family, title=raw.get("title", slug), path=path, functions=functions,
                 tolerances=tolerances, workloads=tuple(workloads), notes=raw.get("notes", ""), seeds=raw.get("seeds", 2),
-                raw=raw)
+                rows_from=raw.get(ROWS_FROM, ""), raw=raw)
 
 
 def resolve_task_dir(name: str | Path) -> Path:

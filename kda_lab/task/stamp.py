@@ -5,6 +5,10 @@ modules (read from the facade's export table), byte models the family module dec
 empty ledgers with the fixed header, the launcher, and production rows converted from a capture file
 (positional arguments named through the SGLang function's signature). What needs judgment is marked
 ``TODO(stamp)``; `kda validate` rejects a folder until every marker is resolved.
+
+A second arch of an existing task (``b200_<name>`` where ``h200_<name>`` of the same family exists, or the
+other way round) is stamped as its twin: ``rows_from = "<home>"`` and no rows or tolerances of its own
+(:mod:`kda_lab.task.twins`), except the captured calls that none of the home's rows makes.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import json
 import re
 import shutil
+import tomllib
 from importlib import import_module
 from pathlib import Path
 from string import Template
@@ -26,7 +31,9 @@ from kda_lab.paths import kernels_dir, repo_root
 from kda_lab.sglang_source import parameters
 from kda_lab.task.family_checks import family_source
 from kda_lab.task.schema import TaskError
+from kda_lab.task.twins import ROWS_FROM, twin_home
 from kda_lab.task.validate import TODO
+from kda_lab.task.workloads import TensorSpec, parse_workload
 
 TEMPLATE_DIR = Path(__file__).parent / "templates" / "task"
 ARCH_FACTS = {
@@ -271,15 +278,70 @@ def rows_from_captures(path: Path, family: str, task_dir: Path | None = None) ->
     return blocks
 
 
-def _production_table(blocks: list[str]) -> str:
+NOTES = """Production rows: every $arch capture in captured_shapes/ for this family (model and
+preset per row; source = file:line), plus rows derived from SGLang's presets where captures are missing
+(source = "derived: ..."). Test rows add tails, tiny and odd sizes, strided views, and int32/int64
+positions where they apply."""
+TWIN_NOTES = """Rows and tolerances: the home task's (rows_from), each written once, there; after them the
+production rows only this GPU runs (its captured calls that none of the home's rows makes)."""
+
+
+def _call(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a row calls, layout included but not its values' distribution: the function, then per argument
+    its tensor's shape, dtype, strides (None when contiguous: a size-1 dimension's stride does not count) and
+    offset, or its value."""
+    w = parse_workload(row)
+    args = []
+    for name, v in sorted(w.args.items()):
+        if isinstance(v, TensorSpec):
+            dense = v.strides is None or all(
+                s == c for n, s, c in zip(v.shape, v.strides, contiguous_strides(list(v.shape)), strict=True)
+                if n != 1)
+            v = (v.shape, v.dtype, None if dense else v.strides, v.offset)
+        args.append((name, v))
+    return w.fn, tuple(args)
+
+
+def _twin_blocks(blocks: list[str], home: str) -> list[str]:
+    """A twin's own rows among the captured ``blocks``: those whose call no row of the home makes (those
+    calls are the home's rows already), with a comment naming the capture lines left out."""
+    home_calls = {_call(w) for w in tomllib.loads((kernels_dir() / home / "task.toml").read_text()).get(
+        "workloads", [])}
+    own, dropped = [], []
+    for b in blocks:
+        rows = tomllib.loads(b).get("workloads") if b.startswith("[[workloads]]") else None
+        if rows and _call(rows[0]) in home_calls:
+            dropped.append(rows[0]["source"].rpartition(":")[2])
+        else:
+            own.append(b)
+    head = ["# This GPU's own production rows: calls that none of the home's rows makes."]
+    if dropped:
+        head.append(f"# Capture line{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}: calls the home's rows "
+                    "make already (left out).")
+    return ["\n".join(head), *own]
+
+
+TWIN_ROWS = """Where the rows are written: this task's task.toml takes its rows and tolerances from its twin
+task on the other lab GPU (`rows_from`, kda_lab/task/twins.py: each row is written once) and adds the
+production rows that only this GPU runs; `kda tasks --rows` lists the production rows.
+
+"""
+TEST_ROWS_TODO = f"{TODO}: describe the test rows (tails, odd sizes, strided views, positions)."
+
+
+def _production_table(blocks: list[str], twin: bool = False) -> str:
+    """The prompt's production rows: a table of the stamped rows (a TODO row without any); a twin's prompt
+    says where its rows are written, then tabulates its own rows, if any."""
     rows = ["| row | model (preset) | source |", "|---|---|---|"]
     for b in blocks:
         m = dict(re.findall(r'^(name|preset|source) = "([^"]*)"', b, flags=re.M))
         if m:
             rows.append(f"| {m['name']} | {m['preset']} | {m['source']} |")
+    if twin:
+        return TWIN_ROWS + ("\n".join(rows) + "\n\n" if len(rows) > 2 else "") + TEST_ROWS_TODO
     if len(rows) == 2:
         rows.append(f"| {TODO}: production rows | | |")
-    return "\n".join(rows) + f"\n\n{TODO}: describe the test rows (tails, odd sizes, strided views, positions)."
+    return "\n".join(rows) + "\n\n" + TEST_ROWS_TODO
 
 
 def new_task(slug: str, family: str, title: str = "", captures: Path | None = None, force: bool = False) -> Path:
@@ -291,13 +353,19 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
     dest = kernels_dir() / slug
     if dest.exists() and not force:
         raise StampError(f"{dest} exists (use --force to overwrite the scaffolds; ledgers are never touched)")
-    blocks = rows_from_captures(captures, family, dest) if captures else [f"# {TODO}: production rows (captures or derived)"]
-    production_table = _production_table(blocks)
-    test_rows = family_test_blocks(family)  # the family's home task holds them (kda_lab.families.rows)
-    blocks.append(test_rows if test_rows else
-                  f"# {TODO}: test rows (tails, odd sizes, strided views; tag the small ones 'tiny': kda check "
-                  f"--interpret runs those on CPU). This is the family's first task: later tasks of the family "
-                  f"copy these rows from it")
+    home = twin_home(slug, family, kernels_dir())  # a second arch of an existing task: its twin
+    if home:
+        blocks = _twin_blocks(rows_from_captures(captures, family, dest) if captures else [], home)
+        production_table = _production_table(blocks[1:], twin=True)
+    else:
+        blocks = (rows_from_captures(captures, family, dest) if captures
+                  else [f"# {TODO}: production rows (captures or derived)"])
+        production_table = _production_table(blocks)
+        test_rows = family_test_blocks(family)  # the family's home task holds them (kda_lab.families.rows)
+        blocks.append(test_rows if test_rows else
+                      f"# {TODO}: test rows (tails, odd sizes, strided views; tag the small ones 'tiny': kda check "
+                      f"--interpret runs those on CPU). This is the family's first task: later tasks of the family "
+                      f"copy these rows from it")
     facts = ARCH_FACTS[arch]
     fns = FAMILY_FUNCTIONS[family]
     values = {
@@ -305,7 +373,11 @@ def new_task(slug: str, family: str, title: str = "", captures: Path | None = No
         "heading": heading(facts["gpu"], title or f"{family} kernels"),
         "baseline_line": baseline_line(FAMILY_FUNCTIONS[family]),
         "numerics_rule": numerics_rule(family),
-        "tolerances": family_tolerances(family, arch) or (EXACT_TOLERANCES if family_exact(family) else TOLERANCES),
+        "rows_from": (f"# Rows and tolerances: kernels/{home}/task.toml\n# (rows_from, kda_lab/task/twins.py).\n"
+                      f'{ROWS_FROM} = "{home}"\n') if home else "",
+        "notes": TWIN_NOTES if home else Template(NOTES).substitute(arch=arch),
+        "tolerances": "" if home else (family_tolerances(family, arch)
+                                       or (EXACT_TOLERANCES if family_exact(family) else TOLERANCES)),
         "functions": _functions_toml(family), "workloads": "\n".join(blocks),
         "function_table": "\n".join(f"| `{fn}` | `{sglang_definition(fn)}` | "
                                     f"`{off_facade_baseline(fn) or f'sglang.kernels.ops.diffusion.{fn}'}` |"

@@ -40,6 +40,7 @@ TOP = {
     "sglang_version": _STR,
     "notes": _STR,
     "seeds": _INT,
+    "rows_from": _STR,
     "functions": _LIST,
     "tolerances": _TABLE,
     "workloads": _LIST,
