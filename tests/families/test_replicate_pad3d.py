@@ -30,8 +30,8 @@ from kda_lab.families import replicate_pad3d as fam
 from kda_lab.measure.correctness import check_row
 from kda_lab.task import load_task
 from kda_lab.task.workloads import parse_workload
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SLUG = "h200_vae_hunyuan_causal_conv__multi_shape"
 TASK_DIR = REPO / "kernels" / SLUG
 CAUSAL = [1, 1, 1, 1, 2, 0]
