@@ -1,47 +1,38 @@
-"""The reference-task families (int8_scaled_mm, mha) and their baselines (kda_lab/baselines.py): fp64 oracles on
-hand-computed cases, the int8 row encoding, deliberately wrong implementations the checker must reject (each
-next to a correct control), the CPU-runnable baselines against the oracle, and the lazily resolved GPU-only
-baselines (sgl_kernel, FlashAttention-4) failing with a clear error where they are missing."""
+"""The int8_scaled_mm reference-task family (kda_lab/families/int8_scaled_mm.py) and its baselines
+(kda_lab/baselines.py): the fp64 oracle on hand-computed cases, the int8 row encoding, deliberately wrong
+implementations the checker must reject (each next to a correct control on the same row: scales on the wrong
+axes, the bias dropped, the column-major weight read row-major, fp16 accumulation), the torch baseline against
+the oracle on CPU, and the lazily resolved GPU-only sgl_kernel baseline failing with a clear error where it is
+missing."""
 
 from __future__ import annotations
 
-import functools
-import math
 import sys
 import types
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from kda_lab import baselines
-from kda_lab.families import FAMILY_FUNCTIONS, contract, family_module, mha
+from kda_lab.families import FAMILY_FUNCTIONS, family_module
 from kda_lab.families import int8_scaled_mm as i8
-from kda_lab.measure.correctness import check_row
-from kda_lab.measure.run import resolve_entry
 from kda_lab.task import load_task
+from tests.families import _helpers as H
 
 INT8_TASKS = ("h200_int8_scaled_mm__m64_n2048_k2048_bias", "b200_int8_scaled_mm__m64_n2048_k2048_bias")
-MHA_TASKS = ("h200_fa4_mha__bf16_head128_total32768", "b200_fa4_mha__bf16_head128_total32768")
 
 
 def test_families_are_registered() -> None:
     assert FAMILY_FUNCTIONS["int8_scaled_mm"] == ("int8_scaled_mm",)
-    assert FAMILY_FUNCTIONS["mha"] == ("mha_forward",)
     assert set(family_module("int8_scaled_mm").FUNCTIONS) == {"int8_scaled_mm"}
-    assert set(family_module("mha").FUNCTIONS) == {"mha_forward"}
 
 
-@pytest.mark.parametrize("slug", INT8_TASKS + MHA_TASKS)
+@pytest.mark.parametrize("slug", INT8_TASKS)
 def test_task_entries_resolve_without_a_gpu(slug: str) -> None:
-    task = load_task(slug)
-    (fn,) = task.functions
-    assert callable(resolve_entry(task.functions[fn].entry))
-    assert [w.kind for w in task.workloads].count("production") == 1
-    assert task.workloads[0].source.startswith("derived: lab reference-task definition")
+    H.assert_reference_task_entry_resolves(load_task(slug))
 
 
-# ------------------------------------------------------------------------------------------------ int8: encoding
+# --------------------------------------------------------------------------------------------- int8: encoding
 
 def test_packed_int32_words_are_four_little_endian_int8() -> None:
     word = torch.tensor([[0x7F80FF01]], dtype=torch.int32)  # bytes 0x01, 0xFF, 0x80, 0x7F
@@ -54,12 +45,14 @@ def test_packed_int32_words_are_four_little_endian_int8() -> None:
 
 
 def test_prepare_gives_sglangs_arguments() -> None:
-    args = {"mat_a": torch.zeros(64, 512, dtype=torch.int32), "mat_b": torch.zeros(2048, 512, dtype=torch.int32),
+    args = {"mat_a": torch.zeros(64, 512, dtype=torch.int32),
+            "mat_b": torch.zeros(2048, 512, dtype=torch.int32),
             "scales_a": torch.ones(64, 1), "scales_b": torch.ones(2048, 1), "bias": None,
             "out_like": torch.zeros(64, 2048, dtype=torch.bfloat16)}
     a = i8.prepare(args)
     assert "out_like" not in a and a["out_dtype"] is torch.bfloat16
-    assert a["mat_a"].dtype == torch.int8 and a["mat_a"].shape == (64, 2048) and a["mat_a"].stride() == (2048, 1)
+    assert a["mat_a"].dtype == torch.int8 and a["mat_a"].shape == (64, 2048)
+    assert a["mat_a"].stride() == (2048, 1)
     assert a["mat_b"].shape == (2048, 2048) and a["mat_b"].stride() == (1, 2048)  # column-major [K, N] view
     assert a["mat_b"].data_ptr() == args["mat_b"].data_ptr()  # a view, not a copy
     assert i8.prepare(a) is a
@@ -84,16 +77,19 @@ def test_row_values_cover_the_int8_range() -> None:
     assert abs(float(vals.float().mean())) < 1.0
 
 
-# ------------------------------------------------------------------------------------------------ int8: oracle
+# ----------------------------------------------------------------------------------------------- int8: oracle
 
 def test_int8_oracle_hand_computed() -> None:
     a = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8)
     b = torch.tensor([[5, 6, -7], [8, 9, 10]], dtype=torch.int8)  # [K=2, N=3]
     sa, sb = torch.tensor([[0.5], [2.0]]), torch.tensor([[1.0], [0.25], [-1.0]])
     bias = torch.tensor([1.0, 0.0, -1.0])
-    (y,) = i8.oracle({"mat_a": a, "mat_b": b, "scales_a": sa, "scales_b": sb, "out_dtype": torch.float16, "bias": bias})
-    acc = [[1 * 5 - 2 * 8, 1 * 6 - 2 * 9, 1 * -7 - 2 * 10], [3 * 5 + 4 * 8, 3 * 6 + 4 * 9, 3 * -7 + 4 * 10]]
-    expect = [[acc[i][j] * [0.5, 2.0][i] * [1.0, 0.25, -1.0][j] + [1.0, 0.0, -1.0][j] for j in range(3)] for i in range(2)]
+    (y,) = i8.oracle({"mat_a": a, "mat_b": b, "scales_a": sa, "scales_b": sb, "out_dtype": torch.float16,
+                      "bias": bias})
+    acc = [[1 * 5 - 2 * 8, 1 * 6 - 2 * 9, 1 * -7 - 2 * 10],
+           [3 * 5 + 4 * 8, 3 * 6 + 4 * 9, 3 * -7 + 4 * 10]]
+    expect = [[acc[i][j] * [0.5, 2.0][i] * [1.0, 0.25, -1.0][j] + [1.0, 0.0, -1.0][j] for j in range(3)]
+              for i in range(2)]
     assert y.dtype == torch.float64 and y.tolist() == expect
 
 
@@ -107,7 +103,7 @@ def test_int8_oracle_is_the_exact_integer_sum_at_the_extremes() -> None:
     assert torch.equal(y, (a.long() @ b.long()).double()) and y[0, 0] == 2**26
 
 
-# ------------------------------------------------------------------------------------------------ int8: checker
+# ---------------------------------------------------------------------------------------------- int8: checker
 
 def scales_swapped(mat_a, mat_b, scales_a, scales_b, out_dtype, bias=None):
     """Wrong: per-token and per-channel scales applied along the wrong axes (broadcast of the means)."""
@@ -143,24 +139,19 @@ INT8_CASES = [
 
 @pytest.mark.parametrize(("name", "wrong", "row_name"), INT8_CASES, ids=[c[0] for c in INT8_CASES])
 def test_checker_rejects_wrong_int8_implementations(name: str, wrong, row_name: str) -> None:
-    task = load_task(INT8_TASKS[1])
-    row = next(w for w in task.workloads if w.name == row_name)
-    res = check_row(task, row, contract(task.family, row.fn),
-                    {"control": baselines.torch_int8_scaled_mm, name: wrong}, seed=3, device="cpu")
+    impls = {"control": baselines.torch_int8_scaled_mm, name: wrong}
+    res = H.check(load_task(INT8_TASKS[1]), row_name, impls)
     assert {r.impl: r.ok for r in res} == {"control": True, name: False}, "\n".join(r.describe() for r in res)
 
 
-@pytest.mark.parametrize("row_name", ["int8_mm_m64_n2048_k2048_fp16_bias", "test_m17_n264_k512", "test_m1_decode",
-                                      "test_no_bias", "test_bf16_out_k4096"])
+@pytest.mark.parametrize("row_name", ["int8_mm_m64_n2048_k2048_fp16_bias", "test_m17_n264_k512",
+                                      "test_m1_decode", "test_no_bias", "test_bf16_out_k4096"])
 def test_torch_int8_baseline_passes_on_cpu(row_name: str) -> None:
-    task = load_task(INT8_TASKS[0])
-    row = next(w for w in task.workloads if w.name == row_name)
-    res = check_row(task, row, contract(task.family, row.fn), {"baseline": baselines.torch_int8_scaled_mm}, seed=4,
-                    device="cpu")
+    res = H.check(load_task(INT8_TASKS[0]), row_name, {"baseline": baselines.torch_int8_scaled_mm}, seed=4)
     assert all(r.ok for r in res), "\n".join(r.describe() for r in res)
 
 
-# ------------------------------------------------------------------------------------------------ int8: sgl_kernel
+# ------------------------------------------------------------------------------------------- int8: sgl_kernel
 
 @pytest.fixture
 def fresh_sgl(monkeypatch: pytest.MonkeyPatch):
@@ -202,123 +193,3 @@ def test_sgl_baseline_passes_sglangs_positional_arguments(fresh_sgl) -> None:
     out = baselines.sgl_int8_scaled_mm(*args)
     assert out.shape == (17, 8) and out.dtype == torch.float16
     assert seen["mat_b_stride"] == (1, 32) and seen["out_dtype"] is torch.float16 and seen["bias"] is args[5]
-
-
-# ------------------------------------------------------------------------------------------------ mha: oracle
-
-def test_mha_oracle_hand_computed() -> None:
-    q = torch.tensor([1.0, 2.0]).view(1, 2, 1, 1)  # [B=1, S=2, H=1, D=1], scale 1
-    v = torch.tensor([3.0, -1.0]).view(1, 2, 1, 1)
-    (y,) = mha.oracle({"q": q, "k": q, "v": v, "causal": False, "softmax_scale": 1.0})
-    # query 0: scores [1, 2]; query 1: scores [2, 4]
-    p0, p1 = 1 / (1 + math.e), 1 / (1 + math.e**2)
-    expect = [3 * p0 - (1 - p0), 3 * p1 - (1 - p1)]
-    torch.testing.assert_close(y.flatten(), torch.tensor(expect, dtype=torch.float64), rtol=1e-14, atol=1e-14)
-    (yc,) = mha.oracle({"q": q, "k": q, "v": v, "causal": True, "softmax_scale": 1.0})
-    torch.testing.assert_close(yc.flatten(), torch.tensor([3.0, expect[1]], dtype=torch.float64), rtol=1e-14,
-                               atol=1e-14)
-
-
-@pytest.mark.parametrize(("causal", "scale"), [(False, None), (True, None), (False, 0.3)])
-def test_mha_oracle_matches_sdpa_in_fp64(causal: bool, scale: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 37, 3, 16, generator=g, dtype=torch.float64) for _ in range(3))
-    monkeypatch.setattr(mha, "_SCORE_BUDGET", 3 * 37 * 5)  # query blocks of 5 rows: the blocking is exercised
-    (y,) = mha.oracle({"q": q, "k": k, "v": v, "causal": causal, "softmax_scale": scale})
-    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
-                                         scale=scale).transpose(1, 2)
-    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
-
-
-def test_mha_oracle_rejects_what_the_contract_excludes() -> None:
-    q = torch.randn(1, 4, 2, 8)
-    with pytest.raises(ValueError, match="Sq == Sk"):
-        mha.attention64(q, torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8), causal=True)
-    with pytest.raises(ValueError, match="MHA"):
-        mha.attention64(q, torch.randn(1, 4, 1, 8), torch.randn(1, 4, 1, 8))
-
-
-# ------------------------------------------------------------------------------------------------ mha: checker
-
-math_sdpa = functools.partial(baselines.sdpa_mha, backends=("MATH",))
-
-
-def no_scale(q, k, v, causal=False, softmax_scale=None):
-    return math_sdpa(q, k, v, causal, 1.0)
-
-
-def wrong_causal(q, k, v, causal=False, softmax_scale=None):
-    return math_sdpa(q, k, v, not causal, softmax_scale)
-
-
-def heads_major_layout(q, k, v, causal=False, softmax_scale=None):
-    """Wrong: reads [B, S, H, D] memory as [B, H, S, D]."""
-    def as_bhsd(t):
-        return t.reshape(t.shape[0], t.shape[2], t.shape[1], t.shape[3])
-
-    o = F.scaled_dot_product_attention(as_bhsd(q), as_bhsd(k), as_bhsd(v), is_causal=causal, scale=softmax_scale)
-    return o.reshape(q.shape)
-
-
-def drops_last_key_block(q, k, v, causal=False, softmax_scale=None):
-    n = (k.shape[1] - 1) // 128 * 128
-    return math_sdpa(q, k[:, :n], v[:, :n], causal, softmax_scale)
-
-
-MHA_CASES = [
-    ("no_scale", no_scale, "test_seq_tail_1000"),
-    ("wrong_causal", wrong_causal, "test_seq_tail_1000"),
-    ("heads_major_layout", heads_major_layout, "test_explicit_scale"),
-    ("drops_last_key_block", drops_last_key_block, "test_explicit_scale"),
-]
-
-
-@pytest.mark.parametrize(("name", "wrong", "row_name"), MHA_CASES, ids=[c[0] for c in MHA_CASES])
-def test_checker_rejects_wrong_attention(name: str, wrong, row_name: str) -> None:
-    task = load_task(MHA_TASKS[0])
-    row = next(w for w in task.workloads if w.name == row_name)
-    res = check_row(task, row, contract(task.family, row.fn), {"control": math_sdpa, name: wrong}, seed=2,
-                    device="cpu")
-    assert {r.impl: r.ok for r in res} == {"control": True, name: False}, "\n".join(r.describe() for r in res)
-
-
-@pytest.mark.parametrize("row_name", ["test_short_seq_17", "test_explicit_scale", "test_fp16_1024"])
-def test_sdpa_math_passes_the_test_rows(row_name: str) -> None:
-    task = load_task(MHA_TASKS[1])
-    row = next(w for w in task.workloads if w.name == row_name)
-    c = contract(task.family, row.fn)
-    res = check_row(task, row, c, {"math": math_sdpa, "torch_reference": c.torch_reference}, seed=1, device="cpu")
-    assert all(r.ok for r in res), "\n".join(r.describe() for r in res)
-
-
-def test_sdpa_flash_baseline_pins_the_flash_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = {}
-    monkeypatch.setattr(baselines, "sdpa_mha", lambda *a, **k: seen.update(a=a, k=k) or "out")
-    q = torch.randn(1, 4, 2, 8)
-    assert baselines.sdpa_flash_mha(q, q, q, True, 0.5) == "out"
-    assert seen["k"] == {"backends": ("FLASH_ATTENTION",)} and seen["a"][3:] == (True, 0.5)
-
-
-def test_fa4_baseline_calls_sglangs_wrapper_like_the_diffusion_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = {}
-
-    def fake(q, k, v, cu_q, cu_k, **kw):
-        seen.update(cu=(cu_q, cu_k), **kw)
-        return q
-
-    monkeypatch.setattr(baselines, "_fa4_varlen", lambda: fake)
-    q, k = torch.randn(2, 6, 3, 8), torch.randn(2, 9, 3, 8)
-    baselines.fa4_mha(q, k, k, causal=False, softmax_scale=0.2)
-    assert seen == {"cu": (None, None), "max_seqlen_q": 6, "max_seqlen_k": 9, "softmax_scale": 0.2, "causal": False}
-
-
-def test_fa4_baseline_unavailable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sglang.kernels.ops.attention import flash_attention_v4 as fa4
-
-    baselines._fa4_varlen.cache_clear()
-    monkeypatch.setattr(fa4, "is_flash_attention_v4_available", lambda: False)
-    try:
-        with pytest.raises(baselines.BaselineUnavailable, match="CuTe DSL"):
-            baselines.fa4_mha(*(torch.randn(1, 4, 2, 8, dtype=torch.bfloat16),) * 3)
-    finally:
-        baselines._fa4_varlen.cache_clear()
