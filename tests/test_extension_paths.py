@@ -176,7 +176,7 @@ gate = { shape = [2, 1, 33], dtype = "float32" }
 def test_path_2_a_new_family_for_an_sglang_function(clone: Path) -> None:
     out = kda(clone, "new-family", "residual_gate", "--sglang", RESIDUAL_GATE).stdout
     for rel in ("kda_lab/families/residual_gate.py", "kda_kernels/registry.py", "kda_kernels/contracts.py",
-                "kda_kernels/diffusion/residual_gate/__init__.py", "tests/test_families_residual_gate.py"):
+                "kda_kernels/diffusion/residual_gate/__init__.py", "tests/families/test_residual_gate.py"):
         assert rel in out and (clone / rel).is_file(), rel
     ruff_clean(clone, out)
     # the exporter's check accepts the new, unpromoted family, with or without its generated __init__.py
@@ -220,7 +220,7 @@ gate = { shape = [1, 1, 1536], dtype = "float32" }
     assert "test_gate_per_batch [float32] seed 0: ok" in check_interpret(clone, slug)
     # the stamped family test file runs and passes (oracle vs SGLang, and a wrong impl rejected)
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_families_residual_gate.py"], cwd=clone, env=env_for(clone),
+                        "tests/families/test_residual_gate.py"], cwd=clone, env=env_for(clone),
                        capture_output=True, text=True, timeout=600)
     assert t.returncode == 0 and "3 passed" in t.stdout, t.stdout[-3000:] + t.stderr[-2000:]
     commit_as_hinted_and_launch(clone, slug)
@@ -285,7 +285,7 @@ def test_path_3_a_new_fast_path_for_a_model_class(clone: Path) -> None:
     out = kda(clone, "new-family", "reflect_pad3d", "--fast-path", LTX2_CONV, "--exact").stdout
     for rel in ("kda_lab/families/reflect_pad3d.py", "kda_lab/families/__init__.py",
                 "kda_kernels/registry.py", "kda_kernels/diffusion/reflect_pad3d/__init__.py",
-                "tests/test_families_reflect_pad3d.py"):
+                "tests/families/test_reflect_pad3d.py"):
         assert rel in out and (clone / rel).is_file(), rel
     ruff_clean(clone, out)
     assert '"ltx2_video_causal_conv3d"' in (clone / "kda_kernels/registry.py").read_text()

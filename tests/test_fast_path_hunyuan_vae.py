@@ -24,7 +24,7 @@ _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available(),
                                 reason="CPU test: the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py "
-                                       "without a GPU); tests/test_families_replicate_pad3d.py covers the GPU")
+                                       "without a GPU); tests/families/test_replicate_pad3d.py covers the GPU")
 
 
 @pytest.fixture(scope="module")

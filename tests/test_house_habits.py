@@ -167,7 +167,7 @@ def test_adding_to_the_lab_documents_commands_that_parse() -> None:
         build_parser().parse_args(shlex.split(c)[1:])  # SystemExit on a command the CLI does not take
     for rel in ("kda_lab/families/<family>.py", "kda_kernels/registry.py", "kda_kernels/contracts.py",
                 "kda_lab/families/__init__.py", "kda_kernels/diffusion/<family>/__init__.py",
-                "tests/test_families_<family>.py", "scripts/launch_kernels/order.txt"):
+                "tests/families/test_<family>.py", "scripts/launch_kernels/order.txt"):
         assert rel in section, rel
 
 

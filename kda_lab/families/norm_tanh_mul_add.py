@@ -37,9 +37,9 @@ rather than returning ``None`` itself where SGLang would compute).
 
 The oracle reproduces the eager rounding chain exactly (fp64 arithmetic, rounded where eager rounds: exact
 sums/products rounded once to fp32 then bf16). It agrees bit for bit with the eager torch chain on CPU
-(``tests/test_families_norm.py``). SGLang's Triton kernel is bit-exact with eager only up to three known
-deviations, which is why ``exact = true`` compares a candidate with SGLang's own output, while the oracle is
-compared with a tolerance:
+(``tests/families/test_norm_tanh_mul_add.py``). SGLang's Triton kernel is bit-exact with eager only up to
+three known deviations, which is why ``exact = true`` compares a candidate with SGLang's own output, while the
+oracle is compared with a tolerance:
 
 1. ``tl.sum`` of a bf16 tensor accumulates in bf16 in Triton's reduction order (Triton does not upcast), so
    SGLang's ``ms`` can differ from the eager fp32-accumulated one by an ulp;

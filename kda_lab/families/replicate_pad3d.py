@@ -9,8 +9,9 @@ SGLang 0.5.23 has no function for it: ``HunyuanVideoCausalConv3d.forward`` (``mo
 
 with ``time_causal_padding = (k_w//2, k_w//2, k_h//2, k_h//2, k_t - 1, 0)`` ((1, 1, 1, 1, 2, 0) for every 3x3x3
 conv of the VAE; 1x1x1 convs pad nothing and never call ``F.pad``). The baselines below are that call lifted
-verbatim into functions with the lab's signature (``tests/test_families_replicate_pad3d.py`` reads SGLang's
-source and fails when the call changes), so ``task.toml`` names them as the functions' ``sglang`` and ``entry``.
+verbatim into functions with the lab's signature (``tests/families/test_replicate_pad3d.py`` reads SGLang's
+source and fails when the call changes), so ``task.toml`` names them as the functions' ``sglang`` and
+``entry``.
 
 Contract, both functions ``(x, pad) -> Tensor``:
 - ``x`` ``[B, C, T, H, W]``, fp16/bf16/fp32, any strides; ``pad`` six non-negative ints in F.pad order

@@ -5,8 +5,9 @@
   family module (``FUNCTIONS`` / ``BYTE_MODELS`` stubs; the test rows go in the family's first task.toml,
   ``kda_lab.families.rows``), the registry targets (``kda_kernels/registry.py`` ``TARGETS``, which
   ``kda_lab.families.FAMILY_FUNCTIONS`` reads), the ``kda::`` contract stubs (``kda_kernels/contracts.py``),
-  the generated overlay family ``kda_kernels/diffusion/NAME/__init__.py`` and a test file
-  ``tests/test_families_NAME.py``.
+  the generated overlay family ``kda_kernels/diffusion/NAME/__init__.py`` and the family's test file
+  ``tests/families/test_NAME.py`` (SGLang against the oracle, and a wrong implementation the checker must
+  reject: ``tests/families/test_layout_of_family_tests.py`` requires one of every family).
 - ``kda new-family NAME --fast-path module:Class``: code inside an SGLang model class (no function to swap).
   Writes the family module (with ``BASELINES``: the lab's verbatim copy of that code, to fill in), the
   ``MODEL_FAMILIES`` / ``FAMILY_FUNCTIONS`` entries (``kda_lab/families/__init__.py``), the ``FAST_PATHS``
@@ -316,7 +317,7 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
               f"\n    FastPath({q}{fp_name}{q}, {q}{name}{q}, {q}{module}{q},\n"
               f"             ({', '.join(f'{q}{fn}{q}' for fn in kernels)},)),", stamped)
     _family_init(root, name, stamped)
-    _create(root, f"tests/test_families_{name}.py", test_file_text(name), stamped)
+    _create(root, f"tests/families/test_{name}.py", test_file_text(name), stamped)
     return stamped
 
 

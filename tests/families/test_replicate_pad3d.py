@@ -3,9 +3,10 @@
 - the oracle on hand-computed cases, and equal to F.pad bit for bit;
 - the baselines are SGLang's own call (read from hunyuanvae.py's source);
 - the byte model on a hand-computed row, and as the harness computes it from task.toml;
-- the real checker (kda_lab.measure.correctness.check_row) rejects deliberately wrong pads: a zero pad, an off-by-one
-  clamp, a wrong layout for the channels-last variant, an unwritten border;
-- the task's production rows are the capture's lines, and dev/capture_pads.py reproduces the committed capture;
+- the real checker (kda_lab.measure.correctness.check_row) rejects deliberately wrong pads: a zero pad, an
+  off-by-one clamp, a wrong layout for the channels-last variant, an unwritten border;
+- the task's production rows are the capture's lines, and dev/capture_pads.py reproduces the committed
+  capture;
 - the candidate's own Triton code is what runs in the interpreter (F.pad made to raise);
 - GPU (marker gpu): the candidate on the one captured shape too large for the harness's fp64 check.
 """
@@ -30,8 +31,8 @@ from kda_lab.families import replicate_pad3d as fam
 from kda_lab.measure.correctness import check_row
 from kda_lab.task import load_task
 from kda_lab.task.workloads import parse_workload
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SLUG = "h200_vae_hunyuan_causal_conv__multi_shape"
 TASK_DIR = REPO / "kernels" / SLUG
 CAUSAL = [1, 1, 1, 1, 2, 0]
@@ -39,7 +40,8 @@ CAUSAL = [1, 1, 1, 1, 2, 0]
 
 def test_family_is_registered_with_both_functions() -> None:
     assert FAMILY_FUNCTIONS["replicate_pad3d"] == ("replicate_pad3d", "replicate_pad3d_channels_last")
-    assert set(fam.FUNCTIONS) == set(fam.BYTE_MODELS) == set(fam.BASELINES) == set(FAMILY_FUNCTIONS["replicate_pad3d"])
+    functions = set(FAMILY_FUNCTIONS["replicate_pad3d"])
+    assert set(fam.FUNCTIONS) == set(fam.BYTE_MODELS) == set(fam.BASELINES) == functions
 
 
 # ------------------------------------------------------------------------------------------------ oracle
@@ -77,11 +79,12 @@ def test_oracle_refuses_pads_outside_the_contract(pad: Any) -> None:
         fam.oracle({"x": torch.zeros(1, 1, 1, 1, 1), "pad": pad})
 
 
-# ------------------------------------------------------------------------------------------------ baseline = SGLang
+# ------------------------------------------------------------------------------------------ baseline = SGLang
 
 def test_baselines_are_sglangs_call() -> None:
-    """hunyuanvae.py pads with F.pad(hidden_states, padding, mode=self.pad_mode), pad_mode 'replicate' by default,
-    padding (k//2, k//2, k//2, k//2, k-1, 0): if SGLang changes any of it, the baselines no longer stand for it."""
+    """hunyuanvae.py pads with F.pad(hidden_states, padding, mode=self.pad_mode), pad_mode 'replicate' by
+    default, padding (k//2, k//2, k//2, k//2, k-1, 0): if SGLang changes any of it, the baselines no longer
+    stand for it."""
     spec = importlib.util.find_spec("sglang.multimodal_gen.runtime.models.vaes.hunyuanvae")
     assert spec and spec.origin
     tree = ast.parse(Path(spec.origin).read_text())
@@ -90,7 +93,8 @@ def test_baselines_are_sglangs_call() -> None:
     calls = [ast.unparse(n) for n in ast.walk(methods["forward"]) if isinstance(n, ast.Call)]
     assert "F.pad(hidden_states, padding, mode=self.pad_mode)" in calls
     init = methods["__init__"]
-    defaults = dict(zip([a.arg for a in init.args.args][-len(init.args.defaults):], init.args.defaults, strict=True))
+    names = [a.arg for a in init.args.args][-len(init.args.defaults):]
+    defaults = dict(zip(names, init.args.defaults, strict=True))
     assert ast.literal_eval(defaults["pad_mode"]) == "replicate"
     src = ast.unparse(init)
     assert ("self.time_causal_padding = (kernel_size[0] // 2, kernel_size[0] // 2, kernel_size[1] // 2, "
@@ -98,14 +102,17 @@ def test_baselines_are_sglangs_call() -> None:
     x = torch.randn(1, 2, 3, 4, 5)
     assert torch.equal(fam.hunyuan_causal_pad(x, CAUSAL), F.pad(x, CAUSAL, mode="replicate"))
     cl = fam.hunyuan_causal_pad_channels_last(x, CAUSAL)
-    assert cl.is_contiguous(memory_format=torch.channels_last_3d) and torch.equal(cl, F.pad(x, CAUSAL, mode="replicate"))
+    assert cl.is_contiguous(memory_format=torch.channels_last_3d)
+    assert torch.equal(cl, F.pad(x, CAUSAL, mode="replicate"))
 
 
 # ------------------------------------------------------------------------------------------------ byte model
 
 def test_byte_model_hand_computed() -> None:
-    # x [1,128,17,256,256] fp16: 142,606,336 elements read; padded [1,128,19,258,258] = 2432 x 66564 = 161,883,648 written
-    assert fam.model_bytes((1, 128, 17, 256, 256), CAUSAL, 2) == 2 * (142_606_336 + 161_883_648) == 608_979_968
+    # x [1,128,17,256,256] fp16: 142,606,336 elements read; padded [1,128,19,258,258] = 2432 x 66564 =
+    # 161,883,648 written
+    assert fam.model_bytes((1, 128, 17, 256, 256), CAUSAL, 2) == 2 * (142_606_336 + 161_883_648)
+    assert fam.model_bytes((1, 128, 17, 256, 256), CAUSAL, 2) == 608_979_968
     assert fam.out_bytes((1, 128, 17, 256, 256), CAUSAL, 2) == 323_767_296
 
 
@@ -114,7 +121,8 @@ def test_task_byte_model_is_the_familys_on_every_row() -> None:
     for w in task.workloads:
         x = w.args["x"]
         itemsize = torch.empty((), dtype=getattr(torch, x.dtype)).element_size()
-        assert task.functions[w.fn].byte_model.bytes(w) == fam.model_bytes(x.shape, w.args["pad"], itemsize), w.name
+        want = fam.model_bytes(x.shape, w.args["pad"], itemsize)
+        assert task.functions[w.fn].byte_model.bytes(w) == want, w.name
 
 
 def test_prepare_checks_and_drops_out_like() -> None:
@@ -127,7 +135,7 @@ def test_prepare_checks_and_drops_out_like() -> None:
         fam.prepare({"x": x, "pad": CAUSAL, "out_like": torch.empty(1, 2, 5, 6, 7, dtype=torch.float16)})
 
 
-# ------------------------------------------------------------------------------------------------ wrong candidates
+# ------------------------------------------------------------------------------------------- wrong candidates
 
 def zero_pad(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
     return F.pad(x, pad, mode="constant", value=0.0)
@@ -196,7 +204,7 @@ def test_checker_rejects_one_ulp_off_as_not_bit_identical() -> None:
     assert not res.ok and "not bit-identical to SGLang" in res.describe()
 
 
-# ------------------------------------------------------------------------------------------------ captured rows
+# ---------------------------------------------------------------------------------------------- captured rows
 
 def capture_lines() -> list[dict[str, Any]]:
     return [json.loads(line) for line in (TASK_DIR / "dev/captured_pads.jsonl").read_text().splitlines()]
@@ -214,9 +222,11 @@ def test_production_rows_are_the_capture() -> None:
         cited.add(int(n))
         assert cap["kernel"] == w.fn and list(w.args["x"].shape) == cap["args"][0]["shape"]
         assert w.args["pad"] == cap["args"][1] and w.args["x"].dtype == "float16"
-        assert f"{cap['calls']['tiled']} calls in the tiled decode, {cap['calls']['untiled']} untiled" in w.note
+        calls = cap["calls"]
+        assert f"{calls['tiled']} calls in the tiled decode, {calls['untiled']} untiled" in w.note
     left_out = {i + 1 for i in range(len(lines))} - cited
-    assert {tuple(lines[i - 1]["args"][0]["shape"]) for i in left_out} == {(1, 256, 33, 480, 848)}  # notes say why
+    # the notes say why
+    assert {tuple(lines[i - 1]["args"][0]["shape"]) for i in left_out} == {(1, 256, 33, 480, 848)}
     per_shape = lines[::2]
     assert sum(c["calls"]["tiled"] for c in per_shape) == 1485
     assert sum(c["calls"]["untiled"] for c in per_shape) == 33
@@ -224,15 +234,16 @@ def test_production_rows_are_the_capture() -> None:
 
 def test_capture_script_reproduces_the_committed_capture(tmp_path: Path) -> None:
     out = tmp_path / "pads.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, str(TASK_DIR / "dev/capture_pads.py"), "--out", str(out)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=900)
+    dist = ("RANK", "WORLD_SIZE", "MASTER_PORT", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in dist}
+    proc = subprocess.run([sys.executable, str(TASK_DIR / "dev/capture_pads.py"), "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert out.read_text() == (TASK_DIR / "dev/captured_pads.jsonl").read_text()
     assert "tiled: 1485 pad calls, 214.59 GB moved" in proc.stdout
 
 
-# ------------------------------------------------------------------------------------------------ the candidate
+# ---------------------------------------------------------------------------------------------- the candidate
 
 def load_candidate_exports() -> dict[str, Any]:
     from kda_lab.task import load_candidate
@@ -242,7 +253,8 @@ def load_candidate_exports() -> dict[str, Any]:
 
 def test_candidates_own_triton_code_runs_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("the Triton interpreter runs on CPU hosts (TRITON_INTERPRET=1, set by conftest.py without a GPU)")
+        pytest.skip("the Triton interpreter runs on CPU hosts (TRITON_INTERPRET=1, set by conftest.py "
+                    "without a GPU)")
     exports = load_candidate_exports()
     x = torch.randn(1, 3, 2, 4, 9, dtype=torch.float16)
     want = F.pad(x, CAUSAL, mode="replicate")
@@ -264,16 +276,18 @@ def test_candidate_falls_back_to_sglangs_pad_outside_its_contract() -> None:
     y.sum().backward()
     assert x.grad is not None and torch.equal(y.detach(), F.pad(x.detach(), CAUSAL, mode="replicate"))
     x4 = torch.randn(1, 2, 4, 5)
-    assert torch.equal(exports["replicate_pad3d"](x4, [1, 1, 1, 1]), F.pad(x4, [1, 1, 1, 1], mode="replicate"))
+    assert torch.equal(exports["replicate_pad3d"](x4, [1, 1, 1, 1]),
+                       F.pad(x4, [1, 1, 1, 1], mode="replicate"))
     xd = torch.randn(1, 2, 3, 4, 5, dtype=torch.float64)  # a dtype outside the kernel's contract
-    assert torch.equal(exports["replicate_pad3d_channels_last"](xd, CAUSAL), F.pad(xd, CAUSAL, mode="replicate"))
+    assert torch.equal(exports["replicate_pad3d_channels_last"](xd, CAUSAL),
+                       F.pad(xd, CAUSAL, mode="replicate"))
 
 
 @pytest.mark.gpu
 def test_candidate_on_the_shape_too_large_for_the_harness() -> None:
-    """x [1,256,33,480,848] fp16 (the untiled decode's largest pad, 2 calls; 3.67 G output elements, past 2^31):
-    bit for bit against SGLang's F.pad, compared a time plane at a time (the harness's fp64 check would need
-    ~190 GB)."""
+    """x [1,256,33,480,848] fp16 (the untiled decode's largest pad, 2 calls; 3.67 G output elements, past
+    2^31): bit for bit against SGLang's F.pad, compared a time plane at a time (the harness's fp64 check would
+    need ~190 GB)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (H200): the shape is 14.2 GB per call")
     exports = load_candidate_exports()
@@ -290,12 +304,13 @@ def test_candidate_on_the_shape_too_large_for_the_harness() -> None:
             del got
 
 
-# ------------------------------------------------------------------------------------------------ kda new-task
+# ----------------------------------------------------------------------------------------------- kda new-task
 
 def test_stamper_takes_an_off_facade_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`kda new-task --family replicate_pad3d --captures dev/captured_pads.jsonl` (how this task was made):
-    sglang/entry are the family's BASELINES (SGLang's facade has no such function, and asking it used to raise),
-    the pad tuple becomes a TOML list, and the stamped register.py imports and passes the baseline through."""
+    sglang/entry are the family's BASELINES (SGLang's facade has no such function, and asking it used to
+    raise), the pad tuple becomes a TOML list, and the stamped register.py imports and passes the baseline
+    through."""
     from kda_lab.task.stamp import new_task
 
     (tmp_path / "kernels").mkdir()
@@ -307,7 +322,8 @@ def test_stamper_takes_an_off_facade_family(tmp_path: Path, monkeypatch: pytest.
         assert task.functions[fn].sglang == task.functions[fn].entry == fam.BASELINES[fn]
     first = next(w for w in task.workloads if w.kind == "production")
     assert first.args["pad"] == CAUSAL and first.source == "captured:captured_pads.jsonl:1"
-    assert "import_module(\"kda_lab.families.replicate_pad3d\").hunyuan_causal_pad," in (d / "src/register.py").read_text()
+    register = (d / "src/register.py").read_text()
+    assert "import_module(\"kda_lab.families.replicate_pad3d\").hunyuan_causal_pad," in register
     from kda_lab.task import load_candidate
 
     exports = load_candidate(task).EXPORTS

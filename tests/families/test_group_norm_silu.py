@@ -54,7 +54,8 @@ def test_oracle_hand_computed_two_groups_affine() -> None:
 
 def test_oracle_eps_enters_under_the_root() -> None:
     x = torch.tensor([[[0.0, 2.0]]])  # var 1: x_hat = +-1/sqrt(1 + eps)
-    (y,) = triton_oracle({"x": x, "weight": torch.ones(1), "bias": torch.zeros(1), "num_groups": 1, "eps": 3.0})
+    (y,) = triton_oracle({"x": x, "weight": torch.ones(1), "bias": torch.zeros(1), "num_groups": 1,
+                          "eps": 3.0})
     torch.testing.assert_close(y.flatten(), torch.tensor([silu(-0.5), silu(0.5)], dtype=torch.float64))
 
 
@@ -76,7 +77,8 @@ def test_constant_input_gives_silu_of_bias() -> None:
 def test_oracle_matches_torch_in_fp64_for_2d_to_5d(shape: tuple[int, ...]) -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(shape, generator=g, dtype=torch.float64) * 3 + 1
-    w, b = torch.randn(shape[1], generator=g, dtype=torch.float64), torch.randn(shape[1], generator=g, dtype=torch.float64)
+    w = torch.randn(shape[1], generator=g, dtype=torch.float64)
+    b = torch.randn(shape[1], generator=g, dtype=torch.float64)
     (y,) = triton_oracle({"x": x, "weight": w, "bias": b, "num_groups": 32, "eps": 1e-6})
     torch.testing.assert_close(y, F.silu(F.group_norm(x, 32, w, b, 1e-6)), rtol=1e-12, atol=1e-12)
 
@@ -114,8 +116,8 @@ def test_prepare_builds_the_modules_from_the_row_tensors() -> None:
 
 def test_prepare_rejects_unknown_row_args() -> None:
     with pytest.raises(ValueError, match="also got"):
-        prepare_apply({"x": torch.randn(1, 4, 2), "weight": torch.randn(4), "bias": torch.randn(4), "num_groups": 2,
-                       "eps": 1e-5, "affine": True})
+        prepare_apply({"x": torch.randn(1, 4, 2), "weight": torch.randn(4), "bias": torch.randn(4),
+                       "num_groups": 2, "eps": 1e-5, "affine": True})
 
 
 def test_contracts_and_byte_models() -> None:
@@ -140,7 +142,8 @@ def _groups(x: torch.Tensor, g: int) -> torch.Tensor:
     return x.float().reshape(x.shape[0], g, -1)
 
 
-def _finish(xhat: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, act: bool = True) -> torch.Tensor:
+def _finish(xhat: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+            act: bool = True) -> torch.Tensor:
     shape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
     y = xhat.reshape(x.shape) * w.float().reshape(shape) + b.float().reshape(shape)
     return (F.silu(y) if act else y).to(x.dtype)
@@ -207,7 +210,8 @@ def _run(task_name: str, row_name: str, impls: dict) -> dict[str, bool]:
 
 @pytest.mark.parametrize("task_name", TASKS)
 @pytest.mark.parametrize(("wrong", "triton_row", "apply_row"), CASES)
-def test_checker_rejects_wrong_implementations(task_name: str, wrong: str, triton_row: str, apply_row: str) -> None:
+def test_checker_rejects_wrong_implementations(task_name: str, wrong: str, triton_row: str,
+                                               apply_row: str) -> None:
     ok = _run(task_name, triton_row, {"control": two_pass_fp32, wrong: WRONG[wrong]})
     assert ok == {"control": True, wrong: False}, f"{triton_row}: {ok}"
     ok = _run(task_name, apply_row, {"control": as_apply(two_pass_fp32), wrong: as_apply(WRONG[wrong])})
@@ -222,7 +226,7 @@ def test_offset_rows_are_what_they_claim() -> None:
         assert (x.dtype, x.mean, x.std) == ("float32", 1e4, 100.0) and "tiny" not in row.tags
 
 
-# ------------------------------------------------------------------------------------------------ interpreter shim
+# ------------------------------------------------------------------------------------------- interpreter shim
 
 @pytest.fixture
 def shimmed(monkeypatch: pytest.MonkeyPatch):
@@ -237,7 +241,8 @@ def shimmed(monkeypatch: pytest.MonkeyPatch):
     return fns
 
 
-def test_shim_runs_sglangs_triton_kernels_not_the_torch_fallback(shimmed, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shim_runs_sglangs_triton_kernels_not_the_torch_fallback(shimmed,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     def no_eager(*a, **k):
         raise AssertionError("the eager torch fallback ran instead of SGLang's Triton kernels")
 
@@ -246,7 +251,8 @@ def test_shim_runs_sglangs_triton_kernels_not_the_torch_fallback(shimmed, monkey
     task = load_task(TASKS[0])
     for name in ("test_5d_odd", "test_chunked_tail", "test_apply_4d_tail"):
         row = next(w for w in task.workloads if w.name == name)
-        res = check_row(task, row, contract(task.family, row.fn), {"sglang": shimmed[row.fn]}, seed=2, device="cpu")
+        res = check_row(task, row, contract(task.family, row.fn), {"sglang": shimmed[row.fn]}, seed=2,
+                        device="cpu")
         assert all(r.ok for r in res), "\n".join(r.describe() for r in res)
 
 
@@ -263,7 +269,8 @@ def test_sglang_single_pass_variance_misses_the_offset_rows(shimmed, row_name: s
     """Documents the known baseline weakness the task cards state (why these rows are not tagged 'tiny')."""
     task = load_task(TASKS[0])
     row = next(w for w in task.workloads if w.name == row_name)
-    res = check_row(task, row, contract(task.family, row.fn), {"sglang": shimmed[row.fn]}, seed=5, device="cpu")
+    res = check_row(task, row, contract(task.family, row.fn), {"sglang": shimmed[row.fn]}, seed=5,
+                    device="cpu")
     assert not res[0].ok and res[0].comparisons[0].max_abs > 1e-3, res[0].describe()
 
 
@@ -314,8 +321,8 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
     derived = [w for w in task.workloads if w.kind == "production" and w.derived]
     # Models with no capture (LTX-2 upsampler, FLUX/Z-Image VAE) come as derived rows that say how.
     assert {w.model for w in derived} == {"LTX-2", "FLUX / Z-Image"}
-    assert all("latent_upsampler.py" in w.source or "flux3_image_vae.py" in w.source or "VAE decoder" in w.source
-               for w in derived)
+    assert all("latent_upsampler.py" in w.source or "flux3_image_vae.py" in w.source
+               or "VAE decoder" in w.source for w in derived)
     capture = f"{arch}_diffusion_group_norm_silu__multi_shape.jsonl"
     cited: dict[str, list[int]] = {}
     for w in prod:
@@ -328,7 +335,8 @@ def test_production_rows_are_every_capture(task_name: str) -> None:
     assert len(prod) == CAPTURES[arch]  # one row per call of this GPU's capture
     assert {(w.model, w.preset) for w in prod} == {("HunyuanVideo", "hunyuanvideo")}
     for w in prod:
-        assert (w.args["num_groups"], w.args["eps"]) == (32, 1e-6) and w.args["weight"].shape == (w.args["x"].shape[1],)
+        assert (w.args["num_groups"], w.args["eps"]) == (32, 1e-6)
+        assert w.args["weight"].shape == (w.args["x"].shape[1],)
         if w.fn == "apply_group_norm_silu":
             assert "hunyuanvae.py" in w.note  # where the <GroupNorm> placeholder's parameters come from
     captures = os.environ.get(CAPTURES_DIR_ENV)
