@@ -304,11 +304,11 @@ HOME_CAPTURE = f"{TASKS[0]}.jsonl"
 
 @pytest.mark.parametrize("task_name", TASKS)
 def test_production_rows_are_every_capture(task_name: str) -> None:
-    """Every call of the task's GPU's capture is a production row (none dropped or merged), with model and preset
-    provenance. The b200 task takes the home's rows (rows_from: they cite the home's capture, and the b200 capture
-    holds each of them too) and adds the calls only its capture holds, which cite it. Where the capture files are
-    present (a directory named by KDA_CAPTURES_DIR), the tensors match the lines cited and every line of the task's
-    own capture is a row."""
+    """Every call of the task's GPU's capture is a production row (none dropped or merged), with model and
+    preset provenance. The b200 task takes the home's rows (rows_from: they cite the home's capture, and the
+    b200 capture holds each of them too) and adds the calls only its capture holds, which cite it. Where the
+    capture files are present (a directory named by KDA_CAPTURES_DIR), the tensors match the lines cited and
+    every line of the task's own capture is a row."""
     import json
     import os
     from pathlib import Path
