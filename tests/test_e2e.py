@@ -281,6 +281,87 @@ def test_kda_report_check_sees_the_e2e_section(tmp_path: Path) -> None:
     assert "`hunyuanvideo_vae_decode`" in (root / "docs/leaderboard.md").read_text()
 
 
+def _request_rows(run_id: str, gpu: str, cc: str, step: tuple[float, float], dec: tuple[float, float],
+                  step_calls: dict, dec_calls: dict) -> list[dict]:
+    base = {"run_id": run_id, "arch": gpu.split()[1].lower(), "model": "Z-Image", "quality": "lossless",
+            "request": "zimage", "status": "ok", "agree": 1, "gpu_name": gpu, "gpu_cc": cc, "torch": "2.11.0",
+            "sglang": "0.5.23", "git_commit": "abc", "command": "kda e2e --request zimage"}
+    return [{**base, "row": "zimage_denoise_step", "module": "dits.zimage:Z", "kind": "dit", "stage": "denoise_step",
+             "steps": 100, "off_device_ms": step[0], "on_device_ms": step[1], "speedup": step[0] / step[1],
+             "coverage_on": json.dumps(step_calls)},
+            {**base, "row": "zimage_decode", "module": "vaes.autoencoder:A", "kind": "vae", "stage": "decode",
+             "steps": 1, "off_device_ms": dec[0], "on_device_ms": dec[1], "speedup": dec[0] / dec[1],
+             "coverage_on": json.dumps(dec_calls)}]
+
+
+def test_request_rows_name_their_gpu_and_a_stage_with_no_kda_call(tmp_path: Path) -> None:
+    """An H100's request is shown beside (never instead of) an H200's and labelled not evidence; a stage where
+    the overlay served no call says so, since its ratio can only be noise; the coverage table is per request."""
+    from kda_lab.e2e import report as e2e_report
+    from kda_lab.ledger import e2e as ledger
+
+    root = tmp_path
+    served = {"rmsnorm_scale": {"kda": 64, "sglang": 0}}
+    ledger.append(root, _request_rows("h2", "NVIDIA H200", "9.0", (84.0, 80.0), (40.0, 39.0), served, {}))
+    ledger.append(root, _request_rows("h1", "NVIDIA H100 80GB HBM3", "9.0", (83.8, 84.8), (39.1, 34.7), {}, {}))
+    text = e2e_report.section(root)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| zimage |")]
+    assert len(lines) == 2 and "| h200 |" in lines[0] and "| h100 (not evidence) |" in lines[1]
+    assert "1.050×" in lines[0] and "(0 KDA calls)" not in lines[0].split("|")[10]
+    assert "1.026× (0 KDA calls)" in lines[0]  # the decode served nothing on the H200 run either
+    assert "**0.989×** (0 KDA calls)" in lines[1] and "1.127× (0 KDA calls)" in lines[1]
+    table = "\n".join(e2e_report.coverage_table(root))
+    assert "| `rmsnorm_scale` | exact | 64 / 0 | – |" in table
+    assert {p.name for p in e2e_report.plot_paths(root)} == {"request_zimage_lossless_h200.png",
+                                                            "request_zimage_lossless_h100.png"}
+
+
+def test_a_family_is_off_the_default_path_only_once_every_request_of_its_models_was_measured(
+        tmp_path: Path) -> None:
+    """qknorm_rope cites Qwen-Image and Z-Image rows: while one of their requests is unmeasured the flag says so;
+    once all are measured at lossless and none called it, it is off the default path; a served call clears it."""
+    from kda_lab.e2e.coverage import flag
+    from kda_lab.ledger import e2e as ledger
+
+    root = tmp_path
+    assert flag(root, "qknorm_rope") == "default path not measured (requests: qwen_image, zimage_turbo, zimage)"
+    tanh = {"rmsnorm_scale": {"kda": 64, "sglang": 0}}
+    ledger.append(root, _request_rows("z", "NVIDIA H200", "9.0", (84.0, 80.0), (40.0, 39.0), tanh, {}))
+    assert flag(root, "norm_tanh_mul_add") == ""
+    assert flag(root, "qknorm_rope") == ("not called by the lossless requests measured (zimage); not measured yet: "
+                                         "qwen_image, zimage_turbo")
+    for name in ("qwen_image", "zimage_turbo"):
+        ledger.append(root, [{**r, "request": name, "row": r["row"].replace("zimage", name)}
+                             for r in _request_rows(name, "NVIDIA H200", "9.0", (1.0, 1.0), (1.0, 1.0), {}, {})])
+    assert flag(root, "qknorm_rope") == ("off the default path: the lossless requests of its models (qwen_image, "
+                                         "zimage_turbo, zimage) never ran it")
+    qk = {"fused_inplace_qknorm_rope": {"kda": 60, "sglang": 0}}
+    ledger.append(root, [{**r, "request": "qwen_image", "row": r["row"].replace("zimage", "qwen_image")}
+                         for r in _request_rows("q2", "NVIDIA H200", "9.0", (1.0, 1.0), (1.0, 1.0), qk, {})])
+    assert flag(root, "qknorm_rope") == ""
+
+
+def test_kda_report_splices_the_coverage_table_into_the_e2e_doc(tmp_path: Path) -> None:
+    from kda_lab import report
+    from kda_lab.ledger import e2e as ledger
+    from kda_lab.report.markdown import COVERAGE_END, COVERAGE_START
+
+    root = tmp_path / "lab"
+    (root / "kernels").mkdir(parents=True)
+    (root / "docs").mkdir()
+    doc = root / "docs/e2e.md"
+    doc.write_text(f"# e2e\n\n{COVERAGE_START}\n{COVERAGE_END}\n\nmore\n")
+    report.write(root, plots=False)
+    assert "No GPU rows in e2e/rows.csv yet." in doc.read_text()
+    ledger.append(root, _request_rows("h2", "NVIDIA H200", "9.0", (84.0, 80.0), (40.0, 39.0),
+                                      {"rmsnorm_scale": {"kda": 64, "sglang": 0}}, {}))
+    assert "docs/e2e.md" in report.check(root)
+    report.write(root, plots=True)
+    assert report.check(root) == []
+    text = doc.read_text()
+    assert "| `rmsnorm_scale` | exact | 64 / 0 |" in text and text.endswith("\n\nmore\n")
+
+
 @pytest.mark.gpu
 def test_vae_rows_on_the_gpu(tmp_path: Path) -> None:
     """H200: the VAE rows at production size, overlay off vs on, agreeing by the per-kernel tolerance or, where

@@ -29,10 +29,13 @@ def latest_gpu_rows(root: Path) -> list[dict[str, str]]:
     return list(latest.values())
 
 
-def served(root: Path) -> dict[str, dict[str, dict[str, int]]]:
-    """{tier: {swap target or fast path: {"kda": calls, "sglang": calls, "rows": rows that called it}}}."""
+def served(root: Path, stage: str | None = None) -> dict[str, dict[str, dict[str, int]]]:
+    """{tier: {swap target or fast path: {"kda": calls, "sglang": calls, "rows": rows that called it}}}, over
+    the rows of ``stage`` (``module``, ``denoise_step``, ``decode``) or all of them."""
     out: dict[str, dict[str, dict[str, int]]] = {}
     for r in latest_gpu_rows(root):
+        if stage is not None and r["stage"] != stage:
+            continue
         calls = json.loads(r["coverage_on"]) if r.get("coverage_on") else {}
         tier = out.setdefault(r["quality"], {})
         for fn, c in calls.items():
@@ -43,23 +46,56 @@ def served(root: Path) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def family_state(root: Path, functions: tuple[str, ...], tier: str = DEFAULT_TIER) -> str:
-    """ "on" / "off" / "unmeasured" for a family (its swap targets and fast paths) at ``tier``."""
-    measured = any(r["quality"] == tier for r in latest_gpu_rows(root))
-    if not measured:
-        return "unmeasured"
-    tier_calls = served(root).get(tier, {})
-    return "on" if any(tier_calls.get(fn, {}).get("kda", 0) > 0 for fn in functions) else "off"
+def cited_models(family: str) -> set[str]:
+    """The models named by the production rows of ``family``'s home task."""
+    from kda_lab.families.rows import home_task
+    from kda_lab.task import load_task
+
+    home = home_task(family)
+    if home is None:
+        return set()
+    return {w.model for w in load_task(home.parent).workloads if w.kind == "production"}
+
+
+def family_state(root: Path, functions: tuple[str, ...], models: set[str] | None = None,
+                 tier: str = DEFAULT_TIER) -> tuple[str, list[str], list[str]]:
+    """("on" | "off" | "partial" | "unmeasured", requests measured at ``tier`` that run ``models``, runnable
+    requests of ``models`` not measured yet) for a family (its swap targets and fast paths). Without
+    ``models`` every measured row counts and nothing is missing."""
+    from kda_lab.e2e.recipes import RECIPES
+    from kda_lab.e2e.request import RUNNABLE
+
+    theirs = [rc.name for rc in RECIPES if rc.name in RUNNABLE and models and models & set(rc.task_models)]
+    rows = [r for r in latest_gpu_rows(root) if r["quality"] == tier]
+    if not rows:
+        return "unmeasured", [], theirs
+    if any(int(c.get("kda", 0)) > 0 for r in rows if r.get("coverage_on")
+           for fn, c in json.loads(r["coverage_on"]).items() if fn in functions):
+        return "on", [], []
+    if models is None:
+        return "off", [], []
+    measured = {r["request"] for r in rows if r["stage"] != "module"}
+    done, missing = [n for n in theirs if n in measured], [n for n in theirs if n not in measured]
+    if missing:
+        return ("partial" if done else "unmeasured"), done, missing
+    return "off", done, []
 
 
 def flag(root: Path, family: str) -> str:
-    """The text `kda tasks` / `kda report` print for a promoted family: "" when a default-tier request runs
-    it.
-    """
+    """The text `kda tasks` prints for a promoted family: "" when a default-tier row runs its code; else what
+    the default-tier requests of the models its rows cite showed, and which of them are not measured yet."""
     from kda_kernels.registry import FAMILIES, FAST_PATH_FAMILIES
 
     fns = tuple(FAMILIES.get(family, ()))
     if family in FAST_PATH_FAMILIES:
         fns = (*fns, FAST_PATH_FAMILIES[family].name)
-    state = family_state(root, fns)
-    return {"on": "", "off": "off the default path", "unmeasured": "default path not measured"}[state]
+    state, done, missing = family_state(root, fns, cited_models(family))
+    if state == "on":
+        return ""
+    if state == "off":
+        return (f"off the default path: the {DEFAULT_TIER} requests of its models ({', '.join(done)}) never "
+                "ran it")
+    if state == "partial":
+        return (f"not called by the {DEFAULT_TIER} requests measured ({', '.join(done)}); not measured yet: "
+                f"{', '.join(missing)}")
+    return "default path not measured" + (f" (requests: {', '.join(missing)})" if missing else "")

@@ -90,6 +90,8 @@ class Recipe:
     fusions: tuple[str, ...]  # names in sglang.kernels.ops.diffusion of the lossless fusions marking the DiT
     stage2_steps: int = 0  # two-stage pipelines: refinement steps at full size (positive-only)
     stage2_tokens: int = 0
+    # the `model` names of task.toml production rows this request runs (coverage: the families it should call)
+    task_models: tuple[str, ...] = ()
     notes: str = field(default="", compare=False)
 
     @property
@@ -140,6 +142,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=True,
         fusions=("FUSED_LINEAR_GELU", "QWEN_IMAGE_ADDED_QKV"),
+        task_models=('Qwen-Image',),
         notes="text tokens: prompt-dependent (template tokens dropped); 19 is the captured production prompt",
     ),
     Recipe(
@@ -169,6 +172,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=True,
         fusions=(),
+        task_models=('Z-Image', 'FLUX / Z-Image'),
         notes="caption padded to a multiple of 32 (ZImagePipelineConfig.SEQ_LEN_MULTIPLE); vae_tiling is "
               "the base "
         "default but AutoencoderKL does not tile below its 1024 sample size",
@@ -200,6 +204,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=True,
         fusions=(),
+        task_models=('Z-Image', 'FLUX / Z-Image'),
     ),
     Recipe(
         name="flux1_dev",
@@ -228,6 +233,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=True,
         fusions=("FUSED_LINEAR_GELU", "FUSED_LN_MODULATE"),
+        task_models=('FLUX / Z-Image',),
         notes="guidance 3.5 is the embedded (distilled) guidance: negative_prompt is None, so no CFG; T5 "
               "padded "
         "to 512",
@@ -259,6 +265,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=False,
         fusions=("FUSED_LINEAR_GELU", "HUNYUAN_QKNORM"),
+        task_models=('HunyuanVideo',),
         notes="embedded guidance 6.0 (HunyuanConfig.embedded_cfg_scale); text tokens prompt-dependent (55 "
         "captured); the VAE row decodes 33x480x848, not this 125x720x1280",
     ),
@@ -289,6 +296,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=True,
         fusions=("FUSED_LINEAR_GELU", "LTX2_QKNORM_SPLIT_ROPE", "LTX2_RMS_NORM_MODULATE"),
+        task_models=('LTX-2',),
         notes="plus 126 audio tokens (5.04 s at 16 kHz / 160 hop / 4x); Gemma text padded to 1024; CFG "
               "batched "
         "(batch 2)",
@@ -320,6 +328,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=True,
         bcg_validated=True,
         fusions=("FUSED_LINEAR_GELU", "LTX2_QKNORM_SPLIT_ROPE", "LTX2_RMS_NORM_MODULATE"),
+        task_models=('LTX-2', 'LTX-2.3 (two-stage)'),
         stage2_steps=3,
         stage2_tokens=6144,
         notes="the distilled path: stage 1 at half size (256x384: 16x8x12 = 1536 tokens, CFG batched), the "
@@ -354,6 +363,7 @@ RECIPES: tuple[Recipe, ...] = (
         bcg_default=False,
         bcg_validated=False,
         fusions=("FUSED_LINEAR_GELU",),
+        task_models=('Wan 2.2 TI2V',),
         notes="DMD: dmd_denoising_steps [1000, 757, 522], one positive forward per step whatever the "
               "sampling "
         "params' guidance 5.0 / 50 steps say; latent 48x31x44x80 (Wan 2.2 VAE 4x16x16) / (1,2,2) patches = "

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kda_lab.evidence import ARCH_CAPABILITY, evidence_arch
 from kda_lab.ledger import e2e as e2e_ledger
 
 PLOT = Path("docs/plots/e2e/speedup.png")
@@ -38,21 +39,35 @@ def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
     return list(latest.values()), cpu
 
 
+def gpu_label(r: dict[str, str]) -> tuple[str, bool]:
+    """(the arch a row's GPU identifies, whether that GPU makes evidence for a lab arch: an H200 or a B200)."""
+    arch = evidence_arch(r["gpu_name"], r.get("gpu_cc") or None)
+    return arch, arch in ARCH_CAPABILITY
+
+
 def latest_requests(root: Path) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
-    """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier."""
+    """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier on each GPU
+    model (an H100's run never hides an H200's), evidence GPUs first."""
     from kda_lab.e2e.request import summarize
 
     rows = e2e_ledger.read(root)
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    runs: dict[tuple[str, str], list[dict[str, str]]] = {}
+    runs: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     for r in rows:
         if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu"):
             continue
-        key = (r["request"], r["quality"])
+        key = (r["request"], r["quality"], gpu_label(r)[0])
         if runs.get(key) and runs[key][0]["run_id"] != r["run_id"]:
             runs[key] = []
         runs.setdefault(key, []).append(r)
-    return [(req, q, summarize(stage_rows), stage_rows) for (req, q), stage_rows in runs.items()]
+    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(kv[1][0])[1])
+    return [(req, q, summarize(stage_rows), stage_rows) for (req, q, _), stage_rows in ordered]
+
+
+def kda_calls(r: dict[str, str]) -> int:
+    """Calls the overlay served with KDA code in a stage row's overlay-on forward (``coverage_on``)."""
+    cov = json.loads(r["coverage_on"]) if r.get("coverage_on") else {}
+    return sum(int(c.get("kda", 0)) for c in cov.values())
 
 
 def family_share(r: dict[str, str]) -> dict[str, float]:
@@ -67,6 +82,13 @@ def _num(v: str, fmt: str) -> str:
         return "–"
 
 
+def _speedup_cell(speedup: float, row: dict[str, str] | None) -> str:
+    """A stage's speedup; where the overlay served no call in it, the ratio is the run's noise and says so."""
+    if row is not None and kda_calls(row) == 0:
+        return f"{speedup:.3f}× (0 KDA calls)"
+    return f"{speedup:.3f}×"
+
+
 def _request_section(root: Path) -> list[str]:
     reqs = latest_requests(root)
     if not reqs:
@@ -74,51 +96,72 @@ def _request_section(root: Path) -> list[str]:
     out = ["### Whole requests (`kda e2e --request`)", "",
            "One default request as SGLang runs it: the recipe's DiT forwards (one full-depth forward timed, eager, "
            "times the forwards per request) plus the VAE decode; text encoding left out. Device time, overlay off "
-           "vs on, at the request's tier.", "",
-           "| request | tier | DiT forwards | step off / on ms | denoise off / on ms | decode off / on ms | "
+           "vs on, at the request's tier, on the GPU named (only an H200's or a B200's rows are evidence). A stage "
+           "where the overlay served no call says `0 KDA calls`: its ratio is the measurement's noise.", "",
+           "| request | tier | GPU | DiT forwards | step off / on ms | denoise off / on ms | decode off / on ms | "
            "request off / on ms | request | denoise | decode | decode share | run |",
-           "|---|---|---:|---|---|---|---|---:|---:|---:|---:|---|"]
+           "|---|---|---|---:|---|---|---|---|---:|---:|---:|---:|---|"]
     for req, q, s, stage_rows in reqs:
         run = stage_rows[0]["run_id"]
+        arch, evidence = gpu_label(stage_rows[0])
+        gpu = arch if evidence else f"{arch} (not evidence)"
         if not s:
             bad = "; ".join(f"{x['stage']} {x['status']}" for x in stage_rows)
-            out.append(f"| {req} | {q} | – | – | – | – | – | – | – | – | – | `{run}` {bad} |")
+            out.append(f"| {req} | {q} | {gpu} | – | – | – | – | – | – | – | – | – | `{run}` {bad} |")
             continue
+        by = {x["stage"]: x for x in stage_rows if x["status"] == "ok"}
         o, n = s["off"], s["on"]
-        out.append(f"| {req} | {q} | {s['forwards']} | {o['step_ms']:.1f} / {n['step_ms']:.1f} | "
+        nothing = all(kda_calls(x) == 0 for x in by.values())
+        request = f"**{s['speedup']:.3f}×**" + (" (0 KDA calls)" if nothing else "")
+        out.append(f"| {req} | {q} | {gpu} | {s['forwards']} | {o['step_ms']:.1f} / {n['step_ms']:.1f} | "
                    f"{o['denoise_ms']:.0f} / {n['denoise_ms']:.0f} | {o['decode_ms']:.0f} / {n['decode_ms']:.0f} | "
-                   f"{o['request_ms']:.0f} / {n['request_ms']:.0f} | **{s['speedup']:.3f}×** | "
-                   f"{s['denoise_speedup']:.3f}× | {s['decode_speedup']:.3f}× | {s['decode_share_off']:.0%} | `{run}` |")
-    out += ["", *(f"![{req} at {q}, by stage]({_request_plot(req, q).relative_to('docs').as_posix()})"
-                  for req, q, s, _ in reqs if s), ""]
+                   f"{o['request_ms']:.0f} / {n['request_ms']:.0f} | {request} | "
+                   f"{_speedup_cell(s['denoise_speedup'], by.get('denoise_step'))} | "
+                   f"{_speedup_cell(s['decode_speedup'], by.get('decode'))} | {s['decode_share_off']:.0%} | "
+                   f"`{run}` |")
+    out += ["", *(f"![{req} at {q} on {gpu_label(rows[0])[0]}, by stage]"
+                  f"({_request_plot(req, q, gpu_label(rows[0])[0]).relative_to('docs').as_posix()})"
+                  for req, q, s, rows in reqs if s), ""]
     return out
 
 
-def _coverage_section(root: Path) -> list[str]:
-    from kda_kernels.registry import FAMILIES, FAST_PATH_FAMILIES
+def coverage_table(root: Path) -> list[str]:
+    """Per promoted swap target and fast path, the calls KDA served / handed to SGLang in the latest GPU run of
+    each request at each tier (its stage rows' ``coverage_on``), then summed over the module rows per tier."""
+    from kda_kernels.registry import BY_FUNCTION, FAMILIES, FAST_PATH_FAMILIES
     from kda_lab.e2e.coverage import served
 
-    by_tier = served(root)
-    if not by_tier:
-        return []
+    reqs = [(req, q, gpu_label(rows[0])[0], rows) for req, q, s, rows in latest_requests(root)]
+    by_tier = served(root, stage="module")
     tiers = [t for t in ("exact", "lossless", "high") if t in by_tier]
-    out = ["### Which promoted kernels ran, per tier", "",
-           "Calls the overlay served with KDA code / handed to SGLang, summed over the latest GPU rows at each tier "
-           "(`coverage_on`). A lossless kernel hands exact-tier calls to SGLang; a kernel whose SGLang call site a "
-           "default-tier fusion replaces is never called.", "",
-           "| function | tier it needs | " + " | ".join(f"{t}: KDA / SGLang calls" for t in tiers) + " |",
-           "|---|---|" + "---|" * len(tiers)]
-    from kda_kernels.registry import BY_FUNCTION
-
+    if not reqs and not tiers:
+        return []
+    heads = [*(f"{req} ({q}, {arch})" for req, q, arch, _ in reqs), *(f"module rows ({t})" for t in tiers)]
+    out = ["| function | tier it needs | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
     names = [*(fn for fns in FAMILIES.values() for fn in fns), *(fp.name for fp in FAST_PATH_FAMILIES.values())]
     for fn in names:
         need = BY_FUNCTION[fn].tier if fn in BY_FUNCTION else "lossless"
         cells = []
+        for _, _, _, rows in reqs:
+            calls = [json.loads(r["coverage_on"]).get(fn) for r in rows if r.get("coverage_on")]
+            calls = [c for c in calls if c]
+            cells.append(f"{sum(c['kda'] for c in calls)} / {sum(c['sglang'] for c in calls)}" if calls else "–")
         for t in tiers:
             c = by_tier[t].get(fn)
-            cells.append(f"{c['kda']} / {c['sglang']}" if c else "not called")
+            cells.append(f"{c['kda']} / {c['sglang']}" if c else "–")
         out.append(f"| `{fn}` | {need} | " + " | ".join(cells) + " |")
-    return [*out, ""]
+    return [*out, "", "KDA / SGLang: calls in one overlay-on forward of each stage (denoise step and decode "
+            "together); – : not called (an SGLang fusion or fast path took the call site, or the model never "
+            "calls it)."]
+
+
+def _coverage_section(root: Path) -> list[str]:
+    table = coverage_table(root)
+    if not table:
+        return []
+    return ["### Which promoted kernels ran, per request and tier", "",
+            "A lossless kernel hands exact-tier calls to SGLang; a kernel whose SGLang call site a default-tier "
+            "fusion replaces is never called. The same table is spliced into docs/e2e.md.", "", *table, ""]
 
 
 def section(root: Path) -> str:
@@ -154,17 +197,17 @@ def section(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def _request_plot(request: str, quality: str) -> Path:
-    return PLOT.parent / f"request_{request}_{quality}.png"
+def _request_plot(request: str, quality: str, arch: str) -> Path:
+    return PLOT.parent / f"request_{request}_{quality}_{arch}.png"
 
 
 def plot_paths(root: Path) -> list[Path]:
     rows, _ = latest_gpu_rows(root)
-    reqs = [root / _request_plot(req, q) for req, q, s, _ in latest_requests(root) if s]
+    reqs = [root / _request_plot(req, q, gpu_label(rows[0])[0]) for req, q, s, rows in latest_requests(root) if s]
     return ([root / PLOT] if rows else []) + reqs
 
 
-def _draw_request(root: Path, request: str, quality: str, s: dict[str, Any]) -> Path:
+def _draw_request(root: Path, request: str, quality: str, arch: str, s: dict[str, Any]) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,10 +222,10 @@ def _draw_request(root: Path, request: str, quality: str, s: dict[str, Any]) -> 
     for i in range(2):
         ax.annotate(f"{den[i] + dec[i]:.2f} s", (i, den[i] + dec[i]), ha="center", va="bottom", fontsize=9)
     ax.set_ylabel("device time per request (s)")
-    ax.set_title(f"{request} ({quality}): request {s['speedup']:.3f}x", fontsize=10)
+    ax.set_title(f"{request} ({quality}, {arch}): request {s['speedup']:.3f}x", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = root / _request_plot(request, quality)
+    out = root / _request_plot(request, quality, arch)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -190,7 +233,8 @@ def _draw_request(root: Path, request: str, quality: str, s: dict[str, Any]) -> 
 
 
 def draw(root: Path) -> list[Path]:
-    written = [_draw_request(root, req, q, s) for req, q, s, _ in latest_requests(root) if s]
+    written = [_draw_request(root, req, q, gpu_label(rows[0])[0], s) for req, q, s, rows in latest_requests(root)
+               if s]
     rows, _ = latest_gpu_rows(root)
     rows = [r for r in rows if r.get("speedup")]
     if not rows:

@@ -40,6 +40,8 @@ END_MARKER = "<!-- kda:tasks:end -->"
 LEADERBOARD = Path("docs/leaderboard.md")
 PLOTS = Path("docs/plots")
 README = Path("README.md")
+E2E_DOC = Path("docs/e2e.md")
+COVERAGE_START, COVERAGE_END = "<!-- kda:e2e-coverage:start -->", "<!-- kda:e2e-coverage:end -->"
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -230,6 +232,15 @@ def render_leaderboard(reports: list[TaskReport]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def splice(text: str, start: str, end: str, body: str) -> str | None:
+    """``text`` with ``body`` between the one ``start`` / ``end`` marker pair; None when the pair is missing."""
+    if text.count(start) != 1 or text.count(end) != 1:
+        return None
+    before, rest = text.split(start)
+    _, after = rest.split(end)
+    return f"{before}{start}\n{body}\n{end}{after}"
+
+
 def splice_readme(text: str, table: str) -> str | None:
     """README text with the task table between the markers; None when the markers are missing."""
     if text.count(START_MARKER) != 1 or text.count(END_MARKER) != 1:
@@ -257,6 +268,12 @@ def expected_files(root: Path, reports: list[TaskReport]) -> tuple[dict[Path, st
             files[readme] = spliced
     else:
         note = f"{README}: missing; task table not written"
+    e2e_doc = root / E2E_DOC
+    if e2e_doc.exists():
+        table = e2e_report.coverage_table(root) or ["No GPU rows in e2e/rows.csv yet."]
+        spliced = splice(e2e_doc.read_text(), COVERAGE_START, COVERAGE_END, "\n".join(table))
+        if spliced is not None:
+            files[e2e_doc] = spliced
     return files, note
 
 
