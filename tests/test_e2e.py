@@ -589,4 +589,10 @@ def test_conv_flops_count_every_convolution_call() -> None:
     # per call: 800 outputs x 4 inputs x 9 taps x 2, then 800 x 4 (8 channels / 2 groups) x 1 x 2
     assert c.flops == 2 * (2 * 800 * 4 * 9 + 2 * 800 * 4)
     m(torch.randn(1, 4, 10, 10))
-    assert c.flops == 2 * (2 * 800 * 4 * 9 + 2 * 800 * 4)  # hooks removed on exit
+    assert c.flops == 2 * (2 * 800 * 4 * 9 + 2 * 800 * 4)  # counting stops on exit
+    # a functional call with a module's weight (SGLang's LTX-2 reflect-pad path) and a transposed conv count too
+    w, up = torch.randn(8, 4, 3, 3, 3), torch.nn.ConvTranspose3d(4, 6, 2, stride=2)
+    with ConvFlops() as c, torch.no_grad():
+        torch.nn.functional.conv3d(torch.randn(1, 4, 5, 6, 6), w)
+        up(torch.randn(1, 4, 2, 3, 3))
+    assert c.calls == 2 and c.flops == 2 * (8 * 3 * 4 * 4) * 4 * 27 + 2 * (4 * 2 * 3 * 3) * 6 * 8

@@ -242,23 +242,45 @@ def profile_times(fwd: Callable[[], Any], on: bool, cuda: bool) -> dict[str, flo
 
 
 class ConvFlops:
-    """``with ConvFlops(module) as c: forward()``: the multiply-add FLOPs (2 per MAC) of every Conv1d/2d/3d call
-    inside (output elements x input channels per group x kernel volume x 2): the conv floor's work."""
+    """``with ConvFlops(module) as c: forward()``: the multiply-add FLOPs (2 per MAC) of every convolution that
+    runs inside (output elements x input channels per group x kernel volume x 2; a transposed one: input
+    elements x output channels per group x kernel volume x 2): the conv floor's work.
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    Counted at ``aten.convolution`` (a dispatch mode), not with module hooks: SGLang's VAE fast paths call
+    ``F.conv3d`` with a module's weight (LTX-2's channels-last reflect pad, Wan's conv-bias epilogue), which
+    no forward hook of the ``nn.Conv3d`` sees. ``module`` is kept for the callers' symmetry."""
+
+    def __init__(self, module: torch.nn.Module | None = None) -> None:
         self.module = module
         self.flops = 0
+        self.calls = 0
 
-    def _hook(self, m: torch.nn.Module, args: Any, out: Any) -> None:
-        if isinstance(out, torch.Tensor):
-            k = math.prod(m.kernel_size)
-            self.flops += 2 * out.numel() * (m.in_channels // m.groups) * k
+    def count(self, args: tuple[Any, ...], out: Any) -> None:
+        x, weight = args[0], args[1]
+        transposed = bool(args[6]) if len(args) > 6 else False
+        k = math.prod(weight.shape[2:])
+        if transposed:  # weight [C_in, C_out / groups, k...]: every input element feeds C_out/g x k outputs
+            self.flops += 2 * x.numel() * weight.shape[1] * k
+        elif isinstance(out, torch.Tensor):  # weight [C_out, C_in / groups, k...]
+            self.flops += 2 * out.numel() * weight.shape[1] * k
+        self.calls += 1
 
     def __enter__(self) -> ConvFlops:
-        convs = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
-        self._handles = [m.register_forward_hook(self._hook) for m in self.module.modules() if isinstance(m, convs)]
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if func.overloadpacket is torch.ops.aten.convolution:
+                    counter.count(args, out)
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for h in self._handles:
-            h.remove()
+        self._mode.__exit__(*exc)
