@@ -310,6 +310,12 @@ def test_request_rows_name_their_gpu_and_a_stage_with_no_kda_call(tmp_path: Path
     assert "1.050×" in lines[0] and "(0 KDA calls)" not in lines[0].split("|")[10]
     assert "1.026× (0 KDA calls)" in lines[0]  # the decode served nothing on the H200 run either
     assert "**0.989×** (0 KDA calls)" in lines[1] and "1.127× (0 KDA calls)" in lines[1]
+    assert lines[0].split("|")[13].strip() == "not run"  # no A/A run of that request yet
+    ledger.append(root, [{**x, "timing": "cuda-events (eager) A/A"} for x in
+                         _request_rows("a2", "NVIDIA H200", "9.0", (84.0, 83.0), (40.0, 40.0), {}, {})])
+    text = e2e_report.section(root)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| zimage |")]
+    assert len(lines) == 2 and lines[0].split("|")[13].strip() == "1.012×"  # the A/A shows beside, not as a row
     table = "\n".join(e2e_report.coverage_table(root))
     assert "| `rmsnorm_scale` | exact | 64 / 0 | – |" in table
     assert {p.name for p in e2e_report.plot_paths(root)} == {"request_zimage_lossless_h200.png",
@@ -575,6 +581,47 @@ def test_a_request_is_its_stage_rows(tmp_path: Path) -> None:
 
     assert [x["stage"] for x in ledger.read(root)] == ["denoise_step", "decode"]
     assert request.summarize([step]) == {}  # no total without both stages
+
+
+def test_an_aa_run_keeps_the_overlay_off_in_both_arms(tmp_path: Path) -> None:
+    """`kda e2e --aa`: both arms with the overlay off, so the ratio is the measurement's noise. The switch itself:
+    with A/A set, the "on" arm installs nothing (without it, it installs the promoted kernels). A request run
+    with --aa says A/A in `timing`, agrees bit for bit and is found by the report as an A/A run only."""
+    import kda_kernels
+    from kda_lab.e2e import measure
+    from kda_lab.ledger import e2e as ledger
+
+    def installed() -> set[str]:
+        return {fn for fn, st in kda_kernels.status().items() if isinstance(st, dict) and st.get("installed")}
+
+    try:
+        measure.A_A[0] = True
+        measure.overlay(True)
+        assert installed() == set()
+        measure.A_A[0] = False
+        measure.overlay(True)
+        assert installed()
+    finally:
+        measure.A_A[0] = False
+        measure.overlay(False)
+    root = lab_root(tmp_path)
+    r = run_e2e(root, "--request", "zimage_turbo", "--trials", "1", "--seed", "3", "--no-profile", "--aa")
+    assert r.returncode == 0 and "A/A trials: the overlay off in both arms" in r.stdout, r.stderr[-4000:]
+    rows = ledger.read(root)
+    assert [x["timing"] for x in rows] == ["wall (cpu) A/A"] * 2
+    assert all(x["agree"] == "1" and float(x["max_abs_err"]) == 0.0 for x in rows)
+
+
+def test_an_aa_row_that_ran_kda_code_is_refused(tmp_path: Path) -> None:
+    from kda_lab.ledger import LedgerError
+    from kda_lab.ledger import e2e as ledger
+
+    bad = {**_gpu_row("r1", "a", 1.0, {}), "timing": "cuda-events (eager) A/A",
+           "coverage_on": json.dumps({"rmsnorm_scale": {"kda": 3, "sglang": 0}})}
+    with pytest.raises(LedgerError, match="A/A row's second arm ran KDA code"):
+        ledger.append(tmp_path, [bad])
+    ledger.append(tmp_path, [{**bad, "coverage_on": json.dumps({"rmsnorm_scale": {"kda": 0, "sglang": 3}})}])
+    assert ledger.validate(tmp_path) == []
 
 
 def test_conv_flops_count_every_convolution_call() -> None:

@@ -79,7 +79,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     results = []
     for r in rows:
         print(f"kda e2e: {r.name} ({r.model}, {r.module}) ...", file=sys.stderr, flush=True)
-        rec = run_row(r, device, tiny, blocks, args.trials, seed, profile=not args.no_profile, quality=quality)
+        rec = run_row(r, device, tiny, blocks, args.trials, seed, profile=not args.no_profile, quality=quality,
+                      aa=args.aa)
         stamp(rec, run_id, env, args.supersedes)
         results.append(rec)
     if not args.no_record:
@@ -112,6 +113,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rows", nargs="+", help="e2e row names (--list shows them)")
     p.add_argument("--list", action="store_true", help="list the rows and the production rows they cite")
     p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--aa", action="store_true",
+                   help="A/A: both arms with the overlay off (the run's noise; rows marked A/A in `timing`)")
     p.add_argument("--tiny", action="store_true", help="tiny configurations (the default on a CPU)")
     p.add_argument("--blocks", type=int, help=f"DiT stack depth (default {DEFAULT_BLOCKS})")
     p.add_argument("--full", action="store_true", help="DiTs at their full depth (whole transformer)")

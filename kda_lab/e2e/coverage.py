@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from kda_lab.ledger import e2e as e2e_ledger
+from kda_lab.ledger.e2e import is_aa
 
 DEFAULT_TIER = "lossless"
 
@@ -23,8 +24,8 @@ def latest_gpu_rows(root: Path) -> list[dict[str, str]]:
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
     latest: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in rows:
-        if r["run_id"] in superseded or r["gpu_name"] in ("", "cpu") or r["status"] == "failed":
-            continue
+        if r["run_id"] in superseded or r["gpu_name"] in ("", "cpu") or r["status"] == "failed" or is_aa(r):
+            continue  # an A/A row ran no KDA code by construction: it says nothing of the path
         latest[(r["row"], r["quality"], r["stage"])] = r
     return list(latest.values())
 

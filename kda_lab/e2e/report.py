@@ -19,6 +19,7 @@ from typing import Any
 
 from kda_lab.evidence import ARCH_CAPABILITY, evidence_arch
 from kda_lab.ledger import e2e as e2e_ledger
+from kda_lab.ledger.e2e import is_aa
 
 PLOT = Path("docs/plots/e2e/speedup.png")
 
@@ -30,7 +31,7 @@ def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
     latest: dict[tuple[str, str], dict[str, str]] = {}
     cpu = 0
     for r in rows:
-        if r["run_id"] in superseded or r.get("stage", "module") != "module":
+        if r["run_id"] in superseded or r.get("stage", "module") != "module" or is_aa(r):
             continue
         if r["gpu_name"] in ("", "cpu"):
             cpu += 1
@@ -45,16 +46,16 @@ def gpu_label(r: dict[str, str]) -> tuple[str, bool]:
     return arch, arch in ARCH_CAPABILITY
 
 
-def latest_requests(root: Path) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
+def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
     """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier on each GPU
-    model (an H100's run never hides an H200's), evidence GPUs first."""
+    model (an H100's run never hides an H200's), evidence GPUs first; ``aa``: the A/A runs instead."""
     from kda_lab.e2e.request import summarize
 
     rows = e2e_ledger.read(root)
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
     runs: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     for r in rows:
-        if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu"):
+        if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu") or is_aa(r) != aa:
             continue
         key = (r["request"], r["quality"], gpu_label(r)[0])
         if runs.get(key) and runs[key][0]["run_id"] != r["run_id"]:
@@ -89,6 +90,11 @@ def _speedup_cell(speedup: float, row: dict[str, str] | None) -> str:
     return f"{speedup:.3f}×"
 
 
+def _aa_cell(s: dict[str, Any] | None) -> str:
+    """The latest A/A run of the same request, tier and GPU model: its off/off ratio, the noise to clear."""
+    return f"{s['speedup']:.3f}×" if s else "not run"
+
+
 def _request_section(root: Path) -> list[str]:
     reqs = latest_requests(root)
     if not reqs:
@@ -97,17 +103,19 @@ def _request_section(root: Path) -> list[str]:
            "One default request as SGLang runs it: the recipe's DiT forwards (one full-depth forward timed, eager, "
            "times the forwards per request) plus the VAE decode; text encoding left out. Device time, overlay off "
            "vs on, at the request's tier, on the GPU named (only an H200's or a B200's rows are evidence). A stage "
-           "where the overlay served no call says `0 KDA calls`: its ratio is the measurement's noise.", "",
+           "where the overlay served no call says `0 KDA calls`: its ratio is the measurement's noise; the A/A "
+           "column is the same request run with the overlay off in both arms (`kda e2e --request M --aa`).", "",
            "| request | tier | GPU | DiT forwards | step off / on ms | denoise off / on ms | decode off / on ms | "
-           "request off / on ms | request | denoise | decode | decode share | run |",
-           "|---|---|---|---:|---|---|---|---|---:|---:|---:|---:|---|"]
+           "request off / on ms | request | denoise | decode | decode share | A/A request | run |",
+           "|---|---|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    aa = {(req, q, gpu_label(rows[0])[0]): s for req, q, s, rows in latest_requests(root, aa=True) if s}
     for req, q, s, stage_rows in reqs:
         run = stage_rows[0]["run_id"]
         arch, evidence = gpu_label(stage_rows[0])
         gpu = arch if evidence else f"{arch} (not evidence)"
         if not s:
             bad = "; ".join(f"{x['stage']} {x['status']}" for x in stage_rows)
-            out.append(f"| {req} | {q} | {gpu} | – | – | – | – | – | – | – | – | – | `{run}` {bad} |")
+            out.append(f"| {req} | {q} | {gpu} | – | – | – | – | – | – | – | – | – | – | `{run}` {bad} |")
             continue
         by = {x["stage"]: x for x in stage_rows if x["status"] == "ok"}
         o, n = s["off"], s["on"]
@@ -118,7 +126,7 @@ def _request_section(root: Path) -> list[str]:
                    f"{o['request_ms']:.0f} / {n['request_ms']:.0f} | {request} | "
                    f"{_speedup_cell(s['denoise_speedup'], by.get('denoise_step'))} | "
                    f"{_speedup_cell(s['decode_speedup'], by.get('decode'))} | {s['decode_share_off']:.0%} | "
-                   f"`{run}` |")
+                   f"{_aa_cell(aa.get((req, q, arch)))} | `{run}` |")
     out += ["", *(f"![{req} at {q} on {gpu_label(rows[0])[0]}, by stage]"
                   f"({_request_plot(req, q, gpu_label(rows[0])[0]).relative_to('docs').as_posix()})"
                   for req, q, s, rows in reqs if s), ""]

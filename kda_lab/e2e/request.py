@@ -145,7 +145,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
     for stage, row, steps in ((DENOISE, dit_row(r), forwards(r)), (DECODE, vae_row(r), 1)):
         print(f"kda e2e: request {r.name}, {stage} ({row.module}) ...", file=sys.stderr, flush=True)
         rec = run_row(row, device, tiny, args.blocks, args.trials, seed, profile=not args.no_profile,
-                      quality=quality, stage=stage, graphs_ok=False)
+                      quality=quality, stage=stage, graphs_ok=False, aa=args.aa)
         stamp(rec, run_id, env, args.supersedes)
         rec.update(request=r.name, steps=steps)
         results.append(rec)
@@ -164,6 +164,7 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
         f"kda e2e: request {r.name} run {run_id} on {env.get('gpu_name')} "
         f"({'tiny' if tiny else 'production'}, "
         f"quality {quality}, {forwards(r)} DiT forwards, DiT blocks {args.blocks or 'full'}, {args.trials} "
+        f"{'A/A trials: the overlay off in both arms' if args.aa else ''}"
         f"trials)"
     )
     print(request_table(r.name, summary, results))

@@ -50,12 +50,17 @@ def _versions() -> dict[str, str]:
 
 
 def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, seed: int,
-            profile: bool, quality: str = "lossless", stage: str = "module", graphs_ok: bool = True) -> dict[str, Any]:
+            profile: bool, quality: str = "lossless", stage: str = "module", graphs_ok: bool = True,
+            aa: bool = False) -> dict[str, Any]:
     """Measure one row at SGLang request ``quality``; every failure becomes a row with status 'failed' and the
-    error (never a traceback). ``stage``: a request's stage (``kda_lab.e2e.request``), timed eagerly."""
+    error (never a traceback). ``stage``: a request's stage (``kda_lab.e2e.request``), timed eagerly. ``aa``:
+    both arms with the overlay off (its ``timing`` ends in ``A/A``: the run's noise, not a speedup)."""
     import torch
 
     from kda_lab.e2e import measure, runtime, tiering
+    from kda_lab.ledger.e2e import AA_MARK
+
+    measure.A_A[0] = aa
 
     rec: dict[str, Any] = {"row": row.name, "model": row.model, "module": row.module, "kind": row.kind,
                            "quality": quality, "stage": stage,
@@ -107,7 +112,7 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
                        overlay=_overlay_text(st, row), promoted=_promoted_text(prom))
             del ref, out
             t = measure.time_states(forward, trials, seed, cuda, graphs_ok=graphs_ok)
-            rec["timing"] = t.method
+            rec["timing"] = t.method + (AA_MARK if aa else "")
             for state in ("off", "on"):
                 dev, eag = t.device_ms[state] or t.eager_ms[state], t.eager_ms[state]
                 rec[f"{state}_device_ms"] = measure.quantile(dev, 0.5)
@@ -143,6 +148,7 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
 
         AFTER_SWITCH.clear()
         overlay(False)
+        measure.A_A[0] = False
         del built
         gc.collect()
         if cuda:

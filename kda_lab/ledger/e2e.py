@@ -9,6 +9,7 @@ fixed by a run that names the run it supersedes, never by editing. `kda e2e` (kd
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,21 @@ def rows_from_text(text: str) -> list[dict[str, str]]:
     return csv_rows(text)
 
 
+AA_MARK = " A/A"  # the end of an A/A row's `timing`: both arms ran with the overlay off (kda e2e --aa)
+
+
+def is_aa(row: dict[str, Any]) -> bool:
+    return str(row.get("timing") or "").endswith(AA_MARK)
+
+
+def _kda_calls(coverage: Any) -> int:
+    try:
+        calls = json.loads(coverage) if isinstance(coverage, str) else (coverage or {})
+    except ValueError:
+        return 0
+    return sum(int(c.get("kda", 0)) for c in calls.values()) if isinstance(calls, dict) else 0
+
+
 def _row_problem(row: dict[str, Any]) -> str:
     if row.get("status") not in STATUSES:
         return f"status {row.get('status')!r} not in {STATUSES}"
@@ -88,6 +104,8 @@ def _row_problem(row: dict[str, Any]) -> str:
         return f"quality {row.get('quality')!r} not in {QUALITIES}"
     if (row.get("stage") or "module") not in STAGES:
         return f"stage {row.get('stage')!r} not in {STAGES}"
+    if is_aa(row) and _kda_calls(row.get("coverage_on")):
+        return "an A/A row's second arm ran KDA code: it is not an A/A measurement"
     return ""
 
 
