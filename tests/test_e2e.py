@@ -612,6 +612,26 @@ def test_an_aa_run_keeps_the_overlay_off_in_both_arms(tmp_path: Path) -> None:
     assert all(x["agree"] == "1" and float(x["max_abs_err"]) == 0.0 for x in rows)
 
 
+def test_a_request_too_long_for_one_call_runs_stage_by_stage(tmp_path: Path) -> None:
+    """`--stage decode` records the decode row only; the report puts a request together from the latest ok row of
+    each stage, across runs (an earlier failed stage never hides a later ok one), naming both runs."""
+    from kda_lab.e2e import report as e2e_report
+    from kda_lab.ledger import e2e as ledger
+
+    root = lab_root(tmp_path)
+    r = run_e2e(root, "--request", "zimage_turbo", "--stage", "decode", "--trials", "1", "--no-profile")
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert [x["stage"] for x in ledger.read(root)] == ["decode"] and "no request total" in r.stdout
+    gpu = tmp_path / "gpu"
+    step, dec = _request_rows("s1", "NVIDIA H200", "9.0", (84.0, 80.0), (40.0, 39.0), {}, {})
+    ledger.append(gpu, [{**step, "status": "failed", "off_device_ms": "", "on_device_ms": "", "speedup": ""}])
+    ledger.append(gpu, [{**step, "run_id": "s2"}])
+    ledger.append(gpu, [{**dec, "run_id": "s3"}])
+    ((req, q, s, rows),) = e2e_report.latest_requests(gpu)
+    assert (req, q, s["forwards"], round(s["speedup"], 4)) == ("zimage", "lossless", 100, round(8440 / 8039, 4))
+    assert "`s2`, `s3`" in e2e_report.section(gpu)
+
+
 def test_an_aa_row_that_ran_kda_code_is_refused(tmp_path: Path) -> None:
     from kda_lab.ledger import LedgerError
     from kda_lab.ledger import e2e as ledger

@@ -110,6 +110,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--request", metavar="MODEL",
                    help="time one whole default request of MODEL (denoising steps + VAE decode; --list-requests)")
     p.add_argument("--list-requests", action="store_true", help="list the models with a request recipe")
+    p.add_argument("--stage", choices=("denoise_step", "decode"),
+                   help="with --request: run one stage only (a request too long for one call; the report "
+                        "puts the latest row of each stage together)")
     p.add_argument("--rows", nargs="+", help="e2e row names (--list shows them)")
     p.add_argument("--list", action="store_true", help="list the rows and the production rows they cite")
     p.add_argument("--trials", type=int, default=5)

@@ -47,22 +47,22 @@ def gpu_label(r: dict[str, str]) -> tuple[str, bool]:
 
 
 def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
-    """(request, tier, summary, its stage rows) for the latest GPU run of each request at each tier on each GPU
-    model (an H100's run never hides an H200's), evidence GPUs first; ``aa``: the A/A runs instead."""
+    """(request, tier, summary, its stage rows) per request, tier and GPU model (an H100's run never hides an
+    H200's), evidence GPUs first: the latest row of each stage, ok rows before failed ones, so that a request
+    whose stages ran in separate calls (``--stage``) is put together; ``aa``: the A/A runs instead."""
     from kda_lab.e2e.request import summarize
 
     rows = e2e_ledger.read(root)
     superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    runs: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    runs: dict[tuple[str, str, str], dict[str, dict[str, str]]] = {}
     for r in rows:
         if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu") or is_aa(r) != aa:
             continue
-        key = (r["request"], r["quality"], gpu_label(r)[0])
-        if runs.get(key) and runs[key][0]["run_id"] != r["run_id"]:
-            runs[key] = []
-        runs.setdefault(key, []).append(r)
-    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(kv[1][0])[1])
-    return [(req, q, summarize(stage_rows), stage_rows) for (req, q, _), stage_rows in ordered]
+        stages = runs.setdefault((r["request"], r["quality"], gpu_label(r)[0]), {})
+        if r["status"] == "ok" or stages.get(r["stage"], {}).get("status") != "ok":
+            stages[r["stage"]] = r
+    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(next(iter(kv[1].values())))[1])
+    return [(req, q, summarize(list(stages.values())), list(stages.values())) for (req, q, _), stages in ordered]
 
 
 def kda_calls(r: dict[str, str]) -> int:
@@ -110,7 +110,7 @@ def _request_section(root: Path) -> list[str]:
            "|---|---|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     aa = {(req, q, gpu_label(rows[0])[0]): s for req, q, s, rows in latest_requests(root, aa=True) if s}
     for req, q, s, stage_rows in reqs:
-        run = stage_rows[0]["run_id"]
+        run = "`, `".join(dict.fromkeys(x["run_id"] for x in stage_rows))
         arch, evidence = gpu_label(stage_rows[0])
         gpu = arch if evidence else f"{arch} (not evidence)"
         if not s:

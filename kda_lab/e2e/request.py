@@ -142,7 +142,8 @@ def cmd_request(args: argparse.Namespace, quality: str) -> int:
         return 2
     seed, env, run_id = start(device, args.seed)
     results = []
-    for stage, row, steps in ((DENOISE, dit_row(r), forwards(r)), (DECODE, vae_row(r), 1)):
+    stages = [(DENOISE, dit_row(r), forwards(r)), (DECODE, vae_row(r), 1)]
+    for stage, row, steps in [x for x in stages if args.stage in (None, x[0])]:
         print(f"kda e2e: request {r.name}, {stage} ({row.module}) ...", file=sys.stderr, flush=True)
         rec = run_row(row, device, tiny, args.blocks, args.trials, seed, profile=not args.no_profile,
                       quality=quality, stage=stage, graphs_ok=False, aa=args.aa)
