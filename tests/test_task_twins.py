@@ -3,7 +3,6 @@ tolerances at load time, for every reader; each wrong ``rows_from`` is one line 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -84,13 +83,9 @@ def test_every_reader_sees_the_twins_rows(lab: Path) -> None:
         f.write(OWN_ROW)
     production = [w.name for w in load_task(lab / TWIN).workloads if w.kind == "production"]
     assert [row for row, _ in load_task_report(lab / TWIN, {}).production] == production
-    spec = importlib.util.spec_from_file_location("_kda_export_twins",
-                                                  REPO / "scripts/export_kda_kernels/export.py")
-    assert spec and spec.loader
-    export = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = export
-    spec.loader.exec_module(export)
-    meta = export.load_task_meta(lab / TWIN)
+    from kda_lab.export.task import load_task_meta
+
+    meta = load_task_meta(lab / TWIN)
     assert list(meta.checked) == production and meta.all_rows == len(load_task(lab / TWIN).workloads)
 
 
