@@ -15,8 +15,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 _spec = importlib.util.spec_from_file_location("kda_overlay_fixtures", Path(__file__).with_name("test_overlay_fixtures.py"))
 fx = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("kda_overlay_fixtures", fx)
@@ -279,55 +277,69 @@ def _sglang_wrong(row: dict) -> bool:  # overlay_fuzz_cases.sglang_wrong, on the
     return "ok" in row["sglang"] and not row["sglang"]["ok"]
 
 
-@pytest.mark.parametrize("arch", ["h200", "baseline"])
-def test_rotary_and_select01_layout_fuzz_in_the_interpreter(arch):
+ARCHES = ("h200", "baseline")
+
+
+def test_rotary_and_select01_layout_fuzz_in_the_interpreter():
     """apply_rotary_embedding, apply_ltx2_split_rotary_emb, the select01 LayerNorm pair and fuse_scale_shift_kernel over
     their layout cases
     (fp32 and fp16 copies of the tiny rows, plus the hand-written layouts) in Triton's interpreter, SGLang's Triton
-    kernels and the overlay both against the fp64 oracle. ``h200``: KDA_FORCE_ARCH routes CPU tensors to the
-    promoted h200 impls (SGLang's kernel for what they hand back); ``baseline``: the overlay's path on every other
-    device (the canonicalization in front of SGLang's own kernel). A function that is not promoted gets its
-    contract's canonicalization in front of SGLang's kernel by hand, as the overlay does once it is."""
-    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, """
+    kernels and the overlay both against the fp64 oracle, once per forced arch. ``h200``: KDA_FORCE_ARCH routes CPU
+    tensors to the promoted h200 impls (SGLang's kernel for what they hand back); ``baseline``: the overlay's path on
+    every other device (the canonicalization in front of SGLang's own kernel), after ``install(force=True)``
+    re-reads KDA_FORCE_ARCH. SGLang's side and the oracle do not depend on the arch: they run once per case
+    (``compare``'s ``reuse``), the overlay once per arch. A function that is not promoted gets its contract's
+    canonicalization in front of SGLang's kernel by hand, as the overlay does once it is."""
+    r = fx.run_py(None, [LOAD_CASES, INTERPRETED_ROTARY_SELECT01, f"ARCHES = {ARCHES!r}", """
     from sglang.kernels.ops import diffusion as D
     from kda_kernels.contracts import CONTRACTS
-    rows, info = [], {}
-    for fn in FNS:
-        overlay = getattr(D, fn)
-        promoted = st[fn]["installed"]
-        info[fn] = {"installed": promoted, "forced_arch": st[fn]["forced_arch"],
-                    "baseline_is_interpreted": (overlay.__kda_baseline__ if promoted else overlay) is sg[fn]}
-        if not promoted:
-            def overlay(*a, _sg=sg[fn], _c=CONTRACTS[fn].canonical, **k):
-                a, k = _c(a, k) if _c is not None else (a, k)
-                return _sg(*a, **k)
-        tol = fz.tolerances(fz.family_of(fn))
-        for dt in ("float32", "float16"):
-            for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype=dt):
-                row = fz.compare(fn, name, args, overlay, sg[fn], tol)
-                row["verdict"] = fz.verdict(row)
-                rows.append(row)
-    emit({"info": info, "rows": rows})
-    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": arch}, timeout=1200)
+    out, reuse = {}, {}
+    for arch in ARCHES:
+        if arch != os.environ["KDA_FORCE_ARCH"]:
+            os.environ["KDA_FORCE_ARCH"] = arch
+            st = kda_kernels.install(strict=True, force=True, families=["rotary_embedding", "fuse_scale_shift"])
+        rows, info = [], {}
+        for fn in FNS:
+            overlay = getattr(D, fn)
+            promoted = st[fn]["installed"]
+            info[fn] = {"installed": promoted, "forced_arch": st[fn]["forced_arch"],
+                        "baseline_is_interpreted": (overlay.__kda_baseline__ if promoted else overlay) is sg[fn]}
+            if not promoted:
+                def overlay(*a, _sg=sg[fn], _c=CONTRACTS[fn].canonical, **k):
+                    a, k = _c(a, k) if _c is not None else (a, k)
+                    return _sg(*a, **k)
+            tol = fz.tolerances(fz.family_of(fn))
+            for dt in ("float32", "float16"):
+                for name, args in fz.cases(fn, "cpu", (), big=False, as_dtype=dt):
+                    row = fz.compare(fn, name, args, overlay, sg[fn], tol, reuse=reuse)
+                    row["verdict"] = fz.verdict(row)
+                    rows.append(row)
+        out[arch] = {"info": info, "rows": rows}
+    emit(out)
+    """], env={"TRITON_INTERPRET": "1", "KDA_FORCE_ARCH": ARCHES[0]}, timeout=1200)
     import kda_kernels
 
     # what the exports' manifests promote (the exporter's decision, which flips with each measured candidate):
     # install() must put exactly those in, on the forced arch
     promoted = {fn for fn, st in kda_kernels.status().items() if st["promoted"]}
-    for fn, i in r["info"].items():
-        want = {"installed": fn in promoted, "forced_arch": arch if fn in promoted else None,
-                "baseline_is_interpreted": True}
-        assert i == want, (fn, i)
-    bad = [row for row in r["rows"] if row["verdict"]]
-    assert bad == [], json.dumps(bad, indent=1)
-    for fn, tags in SGLANG_WRONG_TAGS.items():
-        got = [row for row in r["rows"] if row["fn"] == fn]
-        assert len(got) > 10, (fn, len(got))
-        wrong = {row["case"].split("/")[-1] for row in got if _sglang_wrong(row)}
-        print(fn, "SGLang wrong (interpreter):", sorted(wrong))
-        assert wrong == tags, (fn, sorted(wrong))
-        # the overlay is right on every one of them (and everywhere else: no verdict above)
-        assert all(row["overlay"].get("ok") is True for row in got if _sglang_wrong(row))
+    for arch in ARCHES:
+        for fn, i in r[arch]["info"].items():
+            want = {"installed": fn in promoted, "forced_arch": arch if fn in promoted else None,
+                    "baseline_is_interpreted": True}
+            assert i == want, (arch, fn, i)
+        bad = [row for row in r[arch]["rows"] if row["verdict"]]
+        assert bad == [], (arch, json.dumps(bad, indent=1))
+        for fn, tags in SGLANG_WRONG_TAGS.items():
+            got = [row for row in r[arch]["rows"] if row["fn"] == fn]
+            assert len(got) > 10, (arch, fn, len(got))
+            wrong = {row["case"].split("/")[-1] for row in got if _sglang_wrong(row)}
+            print(arch, fn, "SGLang wrong (interpreter):", sorted(wrong))
+            assert wrong == tags, (arch, fn, sorted(wrong))
+            # the overlay is right on every one of them (and everywhere else: no verdict above)
+            assert all(row["overlay"].get("ok") is True for row in got if _sglang_wrong(row)), (arch, fn)
+    # the same cases under both arches (SGLang's side taken from the first for the second)
+    assert [(row["fn"], row["case"]) for row in r["h200"]["rows"]] == \
+        [(row["fn"], row["case"]) for row in r["baseline"]["rows"]]
 
 
 def test_rotary_and_select01_ops_pass_opcheck_in_the_interpreter():
