@@ -233,5 +233,17 @@ def test_one_module_holds_the_chain_and_the_lock() -> None:
             assert "hashlib" not in text and "fcntl" not in text and '.open("a' not in text, path.name
     assert "fcntl.flock" in (home / "store.py").read_text()
     elsewhere = [p.relative_to(REPO).as_posix() for p in sorted((REPO / "kda_lab").rglob("*.py"))
-                 if home not in p.parents and "fcntl" in p.read_text()]
+                 if home not in p.parents and locks_a_ledger(p.read_text())]
     assert elsewhere == [], "ledger locking outside kda_lab/ledger/"
+    # the rule tells a ledger lock from another file lock (the test helper's compiler-cache lock)
+    assert locks_a_ledger((home / "store.py").read_text())
+    assert not locks_a_ledger((REPO / "kda_lab" / "testing.py").read_text())
+
+
+LEDGER_FILES = ("benchmark.csv", "solutions.jsonl", "rows.csv", "kda_lab.ledger",
+                "from kda_lab import ledger")
+
+
+def locks_a_ledger(text: str) -> bool:
+    """A module that takes a file lock (fcntl) and names a ledger: only kda_lab/ledger/ may."""
+    return "fcntl" in text and any(name in text for name in LEDGER_FILES)
