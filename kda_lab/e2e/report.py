@@ -19,7 +19,7 @@ from typing import Any
 
 from kda_lab.evidence import ARCH_CAPABILITY, evidence_arch
 from kda_lab.ledger import e2e as e2e_ledger
-from kda_lab.ledger.e2e import is_aa
+from kda_lab.ledger.e2e import is_aa, kda_calls
 
 PLOT = Path("docs/plots/e2e/speedup.png")
 
@@ -65,12 +65,6 @@ def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[s
     return [(req, q, summarize(list(stages.values())), list(stages.values())) for (req, q, _), stages in ordered]
 
 
-def kda_calls(r: dict[str, str]) -> int:
-    """Calls the overlay served with KDA code in a stage row's overlay-on forward (``coverage_on``)."""
-    cov = json.loads(r["coverage_on"]) if r.get("coverage_on") else {}
-    return sum(int(c.get("kda", 0)) for c in cov.values())
-
-
 def family_share(r: dict[str, str]) -> dict[str, float]:
     shares = json.loads(r["shares_off"]) if r.get("shares_off") else {}
     return {k.removeprefix("family:"): v for k, v in shares.items() if k.startswith("family:")}
@@ -85,7 +79,7 @@ def _num(v: str, fmt: str) -> str:
 
 def _speedup_cell(speedup: float, row: dict[str, str] | None) -> str:
     """A stage's speedup; where the overlay served no call in it, the ratio is the run's noise and says so."""
-    if row is not None and kda_calls(row) == 0:
+    if row is not None and kda_calls(row.get("coverage_on")) == 0:
         return f"{speedup:.3f}× (0 KDA calls)"
     return f"{speedup:.3f}×"
 
@@ -119,7 +113,7 @@ def _request_section(root: Path) -> list[str]:
             continue
         by = {x["stage"]: x for x in stage_rows if x["status"] == "ok"}
         o, n = s["off"], s["on"]
-        nothing = all(kda_calls(x) == 0 for x in by.values())
+        nothing = all(kda_calls(x.get("coverage_on")) == 0 for x in by.values())
         request = f"**{s['speedup']:.3f}×**" + (" (0 KDA calls)" if nothing else "")
         out.append(f"| {req} | {q} | {gpu} | {s['forwards']} | {o['step_ms']:.1f} / {n['step_ms']:.1f} | "
                    f"{o['denoise_ms']:.0f} / {n['denoise_ms']:.0f} | {o['decode_ms']:.0f} / {n['decode_ms']:.0f} | "

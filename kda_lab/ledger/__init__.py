@@ -182,15 +182,22 @@ def header_line() -> str:
     return ",".join(BENCHMARK_COLUMNS)
 
 
+def _ledger_text(path: Path) -> tuple[str | None, list[str]]:
+    """(the ledger's text, []) or (None, [its one problem]: missing or unreadable)."""
+    if not path.exists():
+        return None, [f"{path}: missing"]
+    try:
+        return read_text(path), []
+    except LedgerError as e:
+        return None, [str(e)]
+
+
 def validate_benchmark_csv(path: Path) -> list[str]:
     """Schema, vocabulary, environment columns, hash chain, supersedes. Returns a list of problems."""
     path = Path(path)
-    if not path.exists():
-        return [f"{path}: missing"]
-    try:
-        text = read_text(path)
-    except LedgerError as e:
-        return [str(e)]
+    text, unreadable = _ledger_text(path)
+    if text is None:
+        return unreadable
     if not text:
         return [f"{path}: empty (must hold at least the header)"]
     records, problems = _parse_benchmark(text, path.name)
@@ -349,12 +356,9 @@ def append_solution(task_dir: Path, **fields: Any) -> dict[str, Any]:
 def validate_solutions(path: Path) -> list[str]:
     problems: list[str] = []
     path = Path(path)
-    if not path.exists():
-        return [f"{path}: missing"]
-    try:
-        text = read_text(path)
-    except LedgerError as e:
-        return [str(e)]
+    text, unreadable = _ledger_text(path)
+    if text is None:
+        return unreadable
     if text and not text.endswith("\n"):
         problems.append(f"{path.name}: the last line is cut (no newline at the end of the file)")
     prev = ""

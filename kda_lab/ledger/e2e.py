@@ -89,7 +89,8 @@ def is_aa(row: dict[str, Any]) -> bool:
     return str(row.get("timing") or "").endswith(AA_MARK)
 
 
-def _kda_calls(coverage: Any) -> int:
+def kda_calls(coverage: Any) -> int:
+    """Calls the overlay served with KDA code, from a row's ``coverage_on`` (its JSON text or the dict)."""
     try:
         calls = json.loads(coverage) if isinstance(coverage, str) else (coverage or {})
     except ValueError:
@@ -104,7 +105,7 @@ def _row_problem(row: dict[str, Any]) -> str:
         return f"quality {row.get('quality')!r} not in {QUALITIES}"
     if (row.get("stage") or "module") not in STAGES:
         return f"stage {row.get('stage')!r} not in {STAGES}"
-    if is_aa(row) and _kda_calls(row.get("coverage_on")):
+    if is_aa(row) and kda_calls(row.get("coverage_on")):
         return "an A/A row's second arm ran KDA code: it is not an A/A measurement"
     return ""
 
