@@ -160,3 +160,27 @@ def test_the_checker_rejects_a_false_draft() -> None:
     assert not parses("kda check --interpret", slug)
     assert kda_commands("    kda bench <task> --aa   # noise\n`kda doctor`", slug) == ["kda doctor", f"kda bench {slug} --aa"]
     assert PATH_RE.findall("see docs/no-such.md and scripts/gpu_box.sh.") == ["docs/no-such.md", "scripts/gpu_box.sh"]
+
+
+def test_readme_quickstart_runs_on_a_fresh_clone(repo: Path) -> None:
+    """README's first command, `./scripts/quickstart.sh`, as a new user runs it after setting up once: the fresh
+    repository's .venv is this test's environment (scripts/setup_env.sh finds its stamp current and installs
+    nothing; CI's own run of scripts/test.sh builds .venv from nothing), and the fresh repository's kda_lab is the
+    one imported. It lists the tasks, validates them, gives the default task's CPU interpreter verdict and, on a
+    CPU host, records nothing."""
+    venv = Path(sys.prefix)
+    if not (venv / ".kda-env-stamp").is_file():
+        pytest.fail(f"{venv} is not a venv made by scripts/setup_env.sh (no .kda-env-stamp): run the README's "
+                    "test command, which makes one")
+    (repo / ".venv").symlink_to(venv, target_is_directory=True)
+    env = {**git_env(repo.parent), "PYTHONPATH": str(repo)}
+    r = subprocess.run(["./scripts/quickstart.sh"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "environment ready" not in out, "setup_env.sh reinstalled: its stamp did not match this checkout"
+    assert FSS in out and "no runs yet" not in out.split(FSS, 1)[1].split("\n", 1)[0]  # kda tasks, with its status
+    assert f"ok      {FSS}" in out  # kda validate
+    assert "CPU interpreter verdict PASSED" in out and "Traceback" not in out
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "kernels", "e2e"],
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", f"quickstart on a CPU host wrote to the ledgers: {status}"
