@@ -71,7 +71,7 @@ def build(families: Iterable[str] | None = None, arches: Iterable[str] | None = 
           verbose: bool = False) -> dict[str, dict[str, Any]]:
     """Compile every promoted impl's CUDA extension ahead of time into the build cache (``python -m kda_kernels
     build``). install() never compiles; a build in a running process takes effect at its next call."""
-    from kda_kernels.build import build as _build
+    from kda_kernels.build_extensions import build as _build
 
     return _build(families=families, arches=arches, verbose=verbose)
 

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "status":
         import kda_kernels
-        from kda_kernels.build import impl_extensions
+        from kda_kernels.build_extensions import impl_extensions
 
         try:  # status() itself imports nothing; from a shell, load the promoted impls so their build state shows
             impl_extensions()
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kda_kernels: could not load every promoted impl: {type(e).__name__}: {e}", file=sys.stderr)
         print(json.dumps(kda_kernels.status(), indent=2, default=str))
         return 0
-    from kda_kernels.build import build
+    from kda_kernels.build_extensions import build
     from kda_kernels.prebuilt import cache_root
 
     results = build(families=args.family, arches=args.arch, verbose=args.verbose)

@@ -156,7 +156,7 @@ def test_cli_build_with_nothing_to_build_and_status(tmp_path):
 
 @pytest.mark.parametrize("family", ["group_norm_silu"])
 def test_build_lists_the_promoted_impl_extensions(family):
-    from kda_kernels.build import impl_extensions
+    from kda_kernels.build_extensions import impl_extensions
 
     exts = impl_extensions(families=[family])
     assert list(exts) == [(family, "h200")]
@@ -168,7 +168,8 @@ def test_build_lists_a_fast_path_impls_extension(monkeypatch):
     like a swap target's when its exported register.py carries an EXTENSION (the VAE task's c006 does)."""
     import types
 
-    from kda_kernels import build, fast_paths
+    from kda_kernels import build_extensions as build
+    from kda_kernels import fast_paths
     from kda_kernels.registry import FAST_PATH_FAMILIES
 
     fp = FAST_PATH_FAMILIES["replicate_pad3d"]
@@ -217,7 +218,7 @@ def test_status_from_a_shell_shows_the_build_state_of_every_promoted_extension()
     import subprocess
     import sys
 
-    from kda_kernels.build import impl_extensions
+    from kda_kernels.build_extensions import impl_extensions
 
     env = {**os.environ, "KDA_KERNELS_CACHE": "/nonexistent-kda-cache"}  # nothing built there
     r = subprocess.run([sys.executable, "-m", "kda_kernels", "status"], capture_output=True, text=True, env=env,
@@ -231,3 +232,16 @@ def test_status_from_a_shell_shows_the_build_state_of_every_promoted_extension()
     for v in st.values():
         for arch, b in v.get("builds", {}).items():
             assert b["built"] is False, (v["family"], arch, b)
+
+
+def test_kda_kernels_build_stays_callable_after_its_module_is_imported():
+    """`kda_kernels.build` is the public function. Its module used to be `kda_kernels/build.py`, and importing that
+    submodule (as build() itself does) rebound the package attribute to the module: a second `kda_kernels.build()`
+    raised "'module' object is not callable", and which one a test saw depended on the order tests ran in."""
+    import importlib
+
+    import kda_kernels
+
+    importlib.import_module("kda_kernels.build_extensions")
+    assert callable(kda_kernels.build) and kda_kernels.build.__module__ == "kda_kernels"
+    assert not importlib.util.find_spec("kda_kernels.build"), "a submodule named build shadows the function again"
