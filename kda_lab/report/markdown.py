@@ -7,7 +7,9 @@ candidate. Outputs:
 
 - ``docs/leaderboard.md``: per task the headline result (the promoted candidate's run, or the best
   benchmarked run if nothing is promoted), geomean and worst row vs SGLang and vs torch.compile, ``sol`` on
-  large rows, the latest A/A spread, per-row numbers, every run, the candidate lineage;
+  large rows, the latest A/A spread, per-row numbers, every run, the candidate lineage, and every row where a
+  peer (torch.compile included where its verdict is ok) beats a headline candidate;
+- ``docs/peers.md``: every peer per task, and each family against its best peer (:mod:`kda_lab.report.peers`);
 - ``docs/plots/<task>/{speedup,tbps,lineage}.png``;
 - the task table in ``README.md`` between ``<!-- kda:tasks:start -->`` and ``<!-- kda:tasks:end -->``.
 
