@@ -542,7 +542,7 @@ def test_without_a_compile_verdict_the_old_best_peer_holds(tmp_path: Path) -> No
         lb = report.render_leaderboard([t])
         assert "No correct peer is faster than a headline candidate on any row." in lb
         if compile_peer == {row: (0.5, None)}:
-            assert f.unchecked == [(row, pytest.approx(2.0, rel=1e-4))]
+            assert f.unchecked == [(row, pytest.approx(2.0, rel=1e-4), "run `r-c001`")]
             assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
             assert "compile faster on 1 rows, unchecked" in peers.vs_best_peer_cell(t)
         else:
@@ -613,3 +613,40 @@ def test_runs_that_are_not_one_split_table_are_never_merged(tmp_path: Path, seco
     view = t.peer_view()
     assert view.merged_from == [] and view.run_id in ("r-a", "r-b") and len(view.rows) < 15
     assert "merged from" not in "\n".join(peers.task_peer_lines(t))
+
+
+def test_a_later_split_peer_batch_of_the_promoted_sources_is_what_vs_best_peer_compares(tmp_path: Path) -> None:
+    """Issue 41's batch: the promotion's evidence run timed QuACK but compile had no verdict, and a `--rows` compile
+    run of the same sources found compile faster on one row (listed as unchecked, with its run). A later batch of
+    the same sources, split across two box calls, checks compile on every row: the merged batch becomes the
+    family's evidence, its compile win on one row is counted (the family is not won), and the old unchecked row,
+    now checked there, is no longer listed."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    won_row, sub_row = "qwen_muladd_L19", "qwen_muladd_L47"
+    ledger.append_benchmark_rows(task_dir, peer_rows(task_dir, run_id="r-c001", ts="2026-12-01T10:00:00Z",
+                                                     compile_peer={}))
+    solution(task_dir, "c001", "promoted", "promote", "2026-12-01T11:00:00Z", evidence={"run_id": "r-c001"})
+    sub = [r for r in peer_rows(task_dir, run_id="r-sub", ts="2026-12-01T12:00:00Z",
+                                compile_peer={sub_row: (0.8, None)}) if r["row"] in (sub_row, won_row)]
+    ledger.append_benchmark_rows(task_dir, sub)
+    t = task_report(root)
+    f = peers.family_vs_peers(t)
+    assert f.run.run_id == "r-c001" and f.won is True
+    assert (sub_row, pytest.approx(1.25, rel=1e-4), "run `r-sub`") in f.unchecked
+
+    names = [r["row"] for r in sub] + [r["row"] for r in bench_rows(task_dir, run_id="x", mode="bench", cand="c001",
+                                                                     factors=1.2, ts="x")]
+    batch = peer_rows(task_dir, run_id="r-a", ts="2026-12-03T09:00:00Z",
+                      compile_peer={n: (0.5, "ok") if n == won_row else (1.1, "ok") for n in names})
+    ledger.append_benchmark_rows(task_dir, batch[:7])
+    ledger.append_benchmark_rows(task_dir, [{**r, "run_id": "r-b", "ts": "2026-12-03T09:15:00Z"} for r in batch[7:]])
+    t = task_report(root)
+    f = peers.family_vs_peers(t)
+    assert f.run.merged_from == ["r-a", "r-b"] and f.n_rows == 15
+    assert f.beaten == [(won_row, ledger.COMPILE_PEER, pytest.approx(2.0, rel=1e-4))] and f.won is False
+    assert f.unchecked == []  # r-sub's and r-c001's compile rows are checked in the batch now
+    assert t.peer_view().merged_from == ["r-a", "r-b"]
+    lb = report.render_leaderboard([t])
+    assert f"| fuse_scale_shift | c001 | merged from runs `r-a`, `r-b` | `{won_row}` | torch.compile | 2.000× |" in lb
+    assert t.headline()[0].run_id == "r-c001"  # the headline vs SGLang stays the promotion's evidence run

@@ -303,21 +303,51 @@ class TaskReport:
         order = {r.run_id: i for i, r in enumerate(self.runs)}
         return sorted(group, key=lambda r: order.get(r.run_id, -1))
 
-    def peer_view(self) -> Run | None:
-        """The evidence the peer tables show: :meth:`peer_run` (else the headline run, for its compile times),
-        merged with the rest of its table when it was split across box calls."""
+    def headline_sources(self) -> list[Run]:
+        """Every bench run of the headline candidate's sources (same candidate and source hash), ledger order:
+        the headline run and later runs of the same code (a peer batch, a `--rows` subset)."""
         head, _ = self.headline()
-        run = self.peer_run() or head
-        return None if run is None else merge_split(self.split_group(run))
+        if head is None:
+            return []
+        return [r for r in self.bench_runs if r.source_hash == head.source_hash and r.candidate_id == head.candidate_id]
+
+    def merged_views(self, runs: list[Run]) -> list[Run]:
+        """``runs`` as evidence views: each split table merged into one, every other run on its own."""
+        views: list[Run] = []
+        taken: set[str] = set()
+        for run in runs:
+            if run.run_id in taken:
+                continue
+            group = [g for g in self.split_group(run) if g in runs and g.run_id not in taken]
+            taken.update(g.run_id for g in group)
+            views.append(merge_split(group))
+        return views
 
     def family_view(self) -> Run | None:
-        """What "vs best peer" compares: the peer view when it measured the headline candidate's sources (a
-        bench run of the same source hash), else the headline run itself."""
+        """What "vs best peer" compares: of the views of the headline candidate's sources (split tables merged)
+        in which a peer was checked, the one comparing the most rows with a correct peer (then the latest), so a
+        later batch that times every peer on the whole table, compile with its verdict, replaces an older partial
+        one; without any, the headline run (merged with the rest of its table when split)."""
         head, _ = self.headline()
-        view = self.peer_view()
-        if head is not None and view is not None and view.mode == "bench" and view.source_hash == head.source_hash:
-            return view
-        return None if head is None else merge_split(self.split_group(head))
+        if head is None:
+            return None
+        views = self.merged_views(self.headline_sources())
+        checked = [v for v in views if v.peers_checked]
+        if checked:
+            return max(checked, key=lambda v: (v.vs_best_peer()["n_rows"], len(v.rows), v.ts))
+        return next(v for v in views if head.run_id in (v.merged_from or [v.run_id]))
+
+    def peer_view(self) -> Run | None:
+        """The evidence the peer tables show: :meth:`family_view` when a peer was checked in it, else
+        :meth:`peer_run` (a baseline-only run times SGLang beside the peers) merged with the rest of its table
+        when split, else the headline run for its compile times."""
+        family = self.family_view()
+        if family is not None and family.peers_checked:
+            return family
+        run = self.peer_run()
+        if run is None:
+            return family
+        return merge_split(self.split_group(run))
 
     def baseline_run(self) -> Run | None:
         """The run whose SGLang numbers are shown: the headline run, else the latest GPU run."""

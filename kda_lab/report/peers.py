@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kda_lab.report.cells import times
-from kda_lab.report.model import COMPILE_PEER, Run, TaskReport
+from kda_lab.report.model import COMPILE_PEER, Run, TaskReport, compile_state
 
 PEERS_DOC = Path("docs/peers.md")
 PEER_SET = "QuACK, Liger, FlashInfer and torch.compile"
@@ -30,7 +30,9 @@ class FamilyVsPeers:
     worst_peer: str | None
     n_rows: int
     beaten: list[tuple[str, str, float]]  # (row, peer, measured time / peer time)
-    unchecked: list[tuple[str, float]]  # (row, measured / compile) where compile has no verdict and is faster
+    # (row, measured / compile, the run's label) where compile has no verdict and is faster, in any run of the
+    # candidate's sources, on rows whose compile the family view did not check
+    unchecked: list[tuple[str, float, str]]
     promoted: bool
 
     @property
@@ -48,9 +50,15 @@ def family_vs_peers(t: TaskReport) -> FamilyVsPeers | None:
     if run is None or head is None:
         return None
     s = run.vs_best_peer()
+    checked = {r["row"] for r in run.rows if compile_state(r) in ("ok", "wrong", "n/a")}
+    # compile times with no verdict from every run of the same sources (a `--rows` compile run beside the
+    # headline), until a checked compile on the row replaces them
+    unchecked = [(row, ratio, view.label) for view in [run, *[v for v in t.merged_views(t.headline_sources())
+                                                              if v.run_id != run.run_id]]
+                 for row, ratio in view.unchecked_compile_faster() if row not in checked]
     return FamilyVsPeers(run=run, geomean=s["geomean"], worst=s["worst"], worst_row=s["worst_row"],
                          worst_peer=s["worst_peer"], n_rows=s["n_rows"], beaten=run.beaten_by_peers(),
-                         unchecked=run.unchecked_compile_faster(), promoted=kind == "promoted")
+                         unchecked=unchecked, promoted=kind == "promoted")
 
 
 def won(t: TaskReport) -> bool | None:
@@ -79,7 +87,7 @@ def vs_best_peer_cell(t: TaskReport) -> str:
         if f.beaten:
             parts.append(f"a peer faster on {len(f.beaten)} rows")
     if f.unchecked:
-        parts.append(f"compile faster on {len(f.unchecked)} rows, unchecked")
+        parts.append(f"compile faster on {len({row for row, _, _ in f.unchecked})} rows, unchecked")
     return "; ".join(parts) or "–"
 
 
@@ -152,8 +160,8 @@ def beaten_section(reports: list[TaskReport]) -> list[str]:
         cand = f.run.candidate_id
         for row, peer, ratio in f.beaten:
             counted.append(f"| {t.family} | {cand} | {f.run.label} | `{row}` | {peer} | {ratio:.3f}× |")
-        for row, ratio in f.unchecked:
-            unchecked.append(f"| {t.family} | {cand} | {f.run.label} | `{row}` | {COMPILE_PEER} | {ratio:.3f}× |")
+        for row, ratio, label in f.unchecked:
+            unchecked.append(f"| {t.family} | {cand} | {label} | `{row}` | {COMPILE_PEER} | {ratio:.3f}× |")
     out = ["## Rows where a peer is faster", "",
            f"Per family, the headline candidate against the fastest correct peer on each row ({PEER_SET}); "
            "torch.compile counts where `kda bench` recorded its oracle verdict.", ""]
@@ -211,6 +219,6 @@ def peers_doc(reports: list[TaskReport]) -> str:
             continue
         worst = f"{times(f.worst)} `{f.worst_row}` ({f.worst_peer})" if f.worst is not None else "–"
         out.append(f"| {t.slug} | {t.family} | {f.run.candidate_id} | {f.run.label} | {times(f.geomean)} | {worst} | "
-                   f"{f.n_rows} | {len(f.beaten)} | {len(f.unchecked)} | {_won_text(f)} |")
+                   f"{f.n_rows} | {len(f.beaten)} | {len({row for row, _, _ in f.unchecked})} | {_won_text(f)} |")
     out += ["", "The rows themselves are listed in docs/leaderboard.md (\"Rows where a peer is faster\").", ""]
     return "\n".join(out)
