@@ -590,7 +590,7 @@ def test_a_table_split_across_box_calls_is_merged_into_one_peer_view(tmp_path: P
     assert view.peer_summary("quack")["timed"] == 15
     assert t.family_view().merged_from == ["r-a", "r-b"]
     lines = "\n".join(peers.task_peer_lines(t))
-    assert "Peers in merged from runs `r-a`, `r-b` (bench) (one table split across box calls" in lines
+    assert "Peers in the table merged from runs `r-a`, `r-b` (bench; one table split across box calls" in lines
     assert "| quack | 0.6.5 |" in lines and "| 15 |" in lines
     assert "merged from runs `r-a`, `r-b` (bench)" in peers.peers_doc([t])
 

@@ -122,9 +122,10 @@ def task_peer_lines(t: TaskReport) -> list[str]:
     if not table:
         return []
     side = f"candidate {run.candidate_id}" if run.mode == "bench" else "SGLang"
-    split = (" (one table split across box calls with `--rows`: same sources, commit, GPU model and software, "
-             "disjoint rows)" if run.merged_from else "")
-    out = [f"Peers in {run.label} ({run.mode}){split}, SGLang time / peer time over the production rows "
+    split = ("; one table split across box calls with `--rows`: same sources, commit, GPU model and software, "
+             "disjoint rows" if run.merged_from else "")
+    where = f"the table {run.label}" if run.merged_from else run.label
+    out = [f"Peers in {where} ({run.mode}{split}), SGLang time / peer time over the production rows "
            "(checked against the fp64 oracle first; a wrong peer is not counted; torch.compile counts where its "
            "verdict was recorded):", "",
            "| peer | version | geomean vs SGLang | worst row | timed rows | wrong rows | n/a or absent | "
