@@ -216,3 +216,18 @@ def test_a_run_where_every_peer_was_unavailable_does_not_hide_one_that_measured_
 
 def test_the_repo_peers_doc_is_current() -> None:
     assert (REPO / "docs" / "peers.md").read_text() == report.markdown.peers_doc(report.collect(REPO))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the box, with .gpu-stage-a)")
+def test_bench_checks_compile_before_timing_it_on_the_gpu() -> None:
+    """The real torch.compile of the reference through kda bench, nothing recorded: the row carries compile's
+    oracle verdict under ledger.COMPILE_PEER beside its time, and the report counts it (compile_state "ok")."""
+    from kda_lab.report.model import compile_state
+
+    (r,) = run.run_bench(TASK, mode="baseline-only", rows=[ROW.name], trials=3, seed=1, public_peers=False,
+                         record=False, include_test_rows=True, allow_other_arch=True, show=lambda s: None)
+    info = json.loads(r["peers"])[ledger.COMPILE_PEER]
+    assert info["verdict"] == "ok" and info["version"] == torch.__version__, info
+    assert info["us"] == r["compile_us"] > 0 and r["best_peer"] == ledger.COMPILE_PEER
+    assert compile_state({"peers": json.loads(r["peers"]), "compile_us": r["compile_us"]}) == "ok"
