@@ -72,6 +72,30 @@ def test_each_peer_gets_its_verdict_and_only_correct_ones_are_timed(peers) -> No
     assert out.shape == tuple(ROW.args["x"].shape)
 
 
+def test_the_compile_peer_gets_an_oracle_verdict_before_it_is_timed() -> None:
+    """kda bench checks torch.compile of the reference like a public peer (run.compile_verdict): the report counts
+    a compile time only beside an ok verdict. Here the callables stand in for the compiled reference on CPU."""
+    def fn(**a: object) -> torch.Tensor:
+        return right(torch, a)
+
+    def wrong(**a: object) -> torch.Tensor:
+        return off_by_a_bit(torch, a)
+
+    def raising(**a: object) -> torch.Tensor:
+        return refuses(torch, a)
+
+    cpu = torch.device("cpu")
+    assert run.compile_verdict(TASK, ROW, fn, 3, cpu) == {"version": torch.__version__, "verdict": "ok"}
+    bad = run.compile_verdict(TASK, ROW, wrong, 3, cpu)
+    assert bad["verdict"] == "wrong" and bad["max_err"] > 0 and "tolerance" in bad["why"]
+    assert run.compile_verdict(TASK, ROW, raising, 3, cpu)["verdict"] == "n/a"
+    # the verdict's key is the one the report reads, and best_peer counts compile only when it is ok
+    assert run.best_peer({ledger.COMPILE_PEER: {"verdict": "ok", "us": 5.0}, "quack": {"verdict": "ok", "us": 6.0}}) \
+        == (ledger.COMPILE_PEER, 5.0)
+    assert run.best_peer({ledger.COMPILE_PEER: {**bad, "us": 1.0}, "quack": {"verdict": "ok", "us": 6.0}}) \
+        == ("quack", 6.0)
+
+
 def test_load_refuses_a_missing_or_other_version_package() -> None:
     with pytest.raises(PeerUnavailable, match="not installed"):
         torch_peer("x", right, package="kda-no-such-package", version="1.0").load()
@@ -192,3 +216,18 @@ def test_a_run_where_every_peer_was_unavailable_does_not_hide_one_that_measured_
 
 def test_the_repo_peers_doc_is_current() -> None:
     assert (REPO / "docs" / "peers.md").read_text() == report.markdown.peers_doc(report.collect(REPO))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the box, with .gpu-stage-a)")
+def test_bench_checks_compile_before_timing_it_on_the_gpu() -> None:
+    """The real torch.compile of the reference through kda bench, nothing recorded: the row carries compile's
+    oracle verdict under ledger.COMPILE_PEER beside its time, and the report counts it (compile_state "ok")."""
+    from kda_lab.report.model import compile_state
+
+    (r,) = run.run_bench(TASK, mode="baseline-only", rows=[ROW.name], trials=3, seed=1, public_peers=False,
+                         record=False, include_test_rows=True, allow_other_arch=True, show=lambda s: None)
+    info = json.loads(r["peers"])[ledger.COMPILE_PEER]
+    assert info["verdict"] == "ok" and info["version"] == torch.__version__, info
+    assert info["us"] == r["compile_us"] > 0 and r["best_peer"] == ledger.COMPILE_PEER
+    assert compile_state({"peers": json.loads(r["peers"]), "compile_us": r["compile_us"]}) == "ok"

@@ -7,13 +7,14 @@ the harness's own ledger writer (so hash chains and the schema are the real ones
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from kda_lab import ledger, report
-from kda_lab.report import markdown
+from kda_lab.report import markdown, model, peers
 from kda_lab.task import load_task
 from tests.conftest import FSS, REPO
 
@@ -457,3 +458,195 @@ def test_a_later_subset_bench_of_the_promoted_candidate_keeps_it_promoted(tmp_pa
     solution(bare_dir, "c001", "promoted", "promote", "2026-11-22T10:00:00Z", evidence={"run_id": "full"})
     lb = report.render_leaderboard([task_report(bare)])
     assert "| vs torch.compile | not measured in this run; run `rows` (same sources): 2.200× over 3 rows" in lb
+
+
+# ------------------------------------------------------------------------------------------------ peers, compile counted
+
+QUACK_EDGE = 1.02  # QuACK's time / the candidate's on every row: the candidate beats it by 2 %
+
+
+def peer_rows(task_dir: Path, *, run_id: str, ts: str, compile_peer: dict[str, tuple[float, str | None]],
+              cand: str = "c001", factors: float = 1.2) -> list[dict]:
+    """Bench rows of ``cand`` as the harness writes them: QuACK ok on every row at QUACK_EDGE × the candidate's
+    time, and the ledger's best_peer columns computed without compile (as every run before issue 41 was).
+    ``compile_peer``: row -> (compile time / candidate time, its verdict or None for no verdict recorded); other
+    rows keep bench_rows' compile at 1.1× SGLang's time with no verdict."""
+    rows = bench_rows(task_dir, run_id=run_id, mode="bench", cand=cand, factors=factors, ts=ts)
+    for r in rows:
+        peers = {"quack": {"version": "0.6.5", "verdict": "ok", "us": r["candidate_us"] * QUACK_EDGE}}
+        if r["row"] in compile_peer:
+            factor, verdict = compile_peer[r["row"]]
+            r["compile_us"] = r["candidate_us"] * factor
+            r["speedup_vs_compile"] = factor
+            if verdict is not None:
+                peers[ledger.COMPILE_PEER] = {"version": ENV["torch"], "verdict": verdict, "us": r["compile_us"]}
+        r.update(peers=json.dumps(peers), best_peer="quack", best_peer_us=peers["quack"]["us"],
+                 speedup_vs_best_peer=QUACK_EDGE)
+    return rows
+
+
+def promoted_with_peers(tmp_path: Path, compile_peer: dict[str, tuple[float, str | None]]) -> report.TaskReport:
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    ledger.append_benchmark_rows(task_dir, peer_rows(task_dir, run_id="r-c001", ts="2026-12-01T10:00:00Z",
+                                                     compile_peer=compile_peer))
+    solution(task_dir, "c001", "promoted", "promote", "2026-12-01T11:00:00Z", evidence={"run_id": "r-c001"})
+    return task_report(root)
+
+
+def test_compile_faster_on_one_row_is_listed_and_the_family_is_not_won(tmp_path: Path, capsys,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger's own best-peer columns (QuACK only) say the candidate wins every row; torch.compile, checked
+    ok by the oracle, is twice as fast on one row: that row is listed with compile's name and ratio, and the
+    geomean against the best peer per row drops below 1×, so the family is not won."""
+    row = "qwen_muladd_L19"
+    t = promoted_with_peers(tmp_path, {row: (0.5, "ok")})
+    head, kind = t.headline()
+    assert kind == "promoted" and head.summary("speedup_vs_best_peer")["geomean"] == pytest.approx(QUACK_EDGE)
+    f = peers.family_vs_peers(t)
+    n = len(head.rows)
+    assert f.beaten == [(row, ledger.COMPILE_PEER, pytest.approx(2.0, rel=1e-4))]
+    assert f.geomean == pytest.approx((0.5 * QUACK_EDGE ** (n - 1)) ** (1 / n), rel=1e-4) and f.geomean < 1
+    assert (f.worst, f.worst_row, f.worst_peer) == (pytest.approx(0.5, rel=1e-4), row, ledger.COMPILE_PEER)
+    assert f.won is False and peers.won(t) is False
+    lb = report.render_leaderboard([t])
+    assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
+    assert f"**A peer beats the candidate c001 on 1 rows:** `{row}` (torch.compile 2.000× faster)." in lb
+    cell = peers.vs_best_peer_cell(t)
+    assert cell.startswith(f"{f.geomean:.3f}×, worst 0.500×, not won; a peer faster on 1 rows"), cell
+    assert "compile counted where its oracle verdict was recorded" in markdown.TABLE_LEGEND
+    doc = peers.peers_doc([t])
+    assert f"| {FSS} | fuse_scale_shift | c001 | run `r-c001` | {f.geomean:.3f}× |" in doc and "| not won |" in doc
+    # `kda tasks` prints the same cell
+    from kda_lab.cli import main
+
+    monkeypatch.setenv("KDA_ROOT", str(tmp_path / "lab"))
+    capsys.readouterr()
+    assert main(["tasks"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(FSS + " "))
+    assert line.endswith(cell), line
+
+
+def test_without_a_compile_verdict_the_old_best_peer_holds(tmp_path: Path) -> None:
+    """Compile timed with no verdict recorded (every run before kda bench checked it), failed (n/a) or absent:
+    the best peer per row is the one the ledger's columns name, the family is won, nothing is listed as a faster
+    peer; a compile time with no verdict that is faster is listed apart as not counted."""
+    row = "qwen_muladd_L19"
+    for compile_peer in ({row: (0.5, None)}, {row: (0.5, "n/a")}, {}):
+        t = promoted_with_peers(tmp_path / str(len(list(tmp_path.iterdir()))), compile_peer)
+        head, _ = t.headline()
+        f = peers.family_vs_peers(t)
+        assert f.geomean == pytest.approx(head.summary("speedup_vs_best_peer")["geomean"]) == pytest.approx(QUACK_EDGE)
+        assert f.beaten == [] and f.won is True and {p for _, p, _ in head.best_peers()} == {"quack"}
+        assert peers.vs_best_peer_cell(t).startswith(f"{QUACK_EDGE:.3f}×, worst {QUACK_EDGE:.3f}×, won")
+        lb = report.render_leaderboard([t])
+        assert "No correct peer is faster than a headline candidate on any row." in lb
+        if compile_peer == {row: (0.5, None)}:
+            assert f.unchecked == [(row, pytest.approx(2.0, rel=1e-4), "run `r-c001`")]
+            assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
+            assert "compile faster on 1 rows, unchecked" in peers.vs_best_peer_cell(t)
+        else:
+            assert f.unchecked == [] and "timed faster, but no oracle verdict" not in lb
+
+
+def test_a_compile_time_beside_a_wrong_verdict_is_not_a_faster_peer(tmp_path: Path) -> None:
+    """A deliberately wrong ledger row: compile's time is recorded (twice as fast) but its oracle verdict on the
+    row is wrong. The report must not count it as the faster peer, nor list it as an unchecked one."""
+    row = "qwen_muladd_L19"
+    t = promoted_with_peers(tmp_path, {row: (0.5, "wrong")})
+    f = peers.family_vs_peers(t)
+    assert f.beaten == [] and f.unchecked == [] and f.won is True
+    assert f.geomean == pytest.approx(QUACK_EDGE)
+    c = f.run.compile_summary()
+    assert c["wrong"] == [row] and c["timed"] == 0
+    assert f"| torch.compile | {ENV['torch']} | – | – | 0 | `{row}` |" in "\n".join(peers.task_peer_lines(t))
+    # the same time with an ok verdict is the faster peer: the verdict, not the time, decided
+    assert peers.family_vs_peers(promoted_with_peers(tmp_path / "ok", {row: (0.5, "ok")})).beaten
+
+
+# ------------------------------------------------------------------------------------------------ split runs
+
+def split_runs(tmp_path: Path, second: dict[str, str] | None = None, overlap: int = 0,
+               ts2: str = "2026-12-01T10:20:00Z") -> report.TaskReport:
+    """One table of c001 split into two bench runs (`--rows`): the first 7 production rows, then the rest (plus
+    ``overlap`` rows of the first part again); ``second`` overrides ledger columns of the second run."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    a = peer_rows(task_dir, run_id="r-a", ts="2026-12-01T10:00:00Z", compile_peer={})
+    b = peer_rows(task_dir, run_id="r-b", ts=ts2, compile_peer={})
+    a, b = a[:7], b[7 - overlap:]
+    b = [{**r, "run_id": "r-b", "ts": ts2, **(second or {})} for r in b]
+    ledger.append_benchmark_rows(task_dir, a)
+    ledger.append_benchmark_rows(task_dir, b)
+    return task_report(root)
+
+
+def test_a_table_split_across_box_calls_is_merged_into_one_peer_view(tmp_path: Path) -> None:
+    t = split_runs(tmp_path)
+    assert [len(r.rows) for r in t.runs] == [7, 8]
+    view = t.peer_view()
+    assert view.merged_from == ["r-a", "r-b"] and len(view.rows) == 15
+    assert view.label == "merged from runs `r-a`, `r-b`"
+    assert view.peer_summary("quack")["timed"] == 15
+    assert t.family_view().merged_from == ["r-a", "r-b"]
+    lines = "\n".join(peers.task_peer_lines(t))
+    assert "Peers in the table merged from runs `r-a`, `r-b` (bench; one table split across box calls" in lines
+    assert "| quack | 0.6.5 |" in lines and "| 15 |" in lines
+    assert "merged from runs `r-a`, `r-b` (bench)" in peers.peers_doc([t])
+
+
+@pytest.mark.parametrize(("second", "overlap", "ts2", "why"), [
+    ({"source_hash": "c001other0000000"}, 0, "2026-12-01T10:20:00Z", "source_hash differs"),
+    ({"gpu_name": "NVIDIA H200 NVL"}, 0, "2026-12-01T10:20:00Z", "gpu_name differs"),
+    ({"sglang": "0.5.22"}, 0, "2026-12-01T10:20:00Z", "sglang differs"),
+    ({"git_commit": "1" * 40}, 0, "2026-12-01T10:20:00Z", "git_commit differs"),
+    ({}, 1, "2026-12-01T10:20:00Z", "1 rows measured in both"),
+    ({}, 0, "2026-12-02T10:20:00Z", "24.3 h apart"),
+], ids=["hash", "gpu", "sglang", "commit", "overlapping-rows", "another-day"])
+def test_runs_that_are_not_one_split_table_are_never_merged(tmp_path: Path, second: dict[str, str], overlap: int,
+                                                            ts2: str, why: str) -> None:
+    t = split_runs(tmp_path, second, overlap, ts2)
+    a, b = t.runs
+    assert why in model.split_mismatch(a, b)
+    with pytest.raises(ValueError, match=why.split(" (")[0]):
+        model.merge_split([a, b])
+    view = t.peer_view()
+    assert view.merged_from == [] and view.run_id in ("r-a", "r-b") and len(view.rows) < 15
+    assert "merged from" not in "\n".join(peers.task_peer_lines(t))
+
+
+def test_a_later_split_peer_batch_of_the_promoted_sources_is_what_vs_best_peer_compares(tmp_path: Path) -> None:
+    """Issue 41's batch: the promotion's evidence run timed QuACK but compile had no verdict, and a `--rows` compile
+    run of the same sources found compile faster on one row (listed as unchecked, with its run). A later batch of
+    the same sources, split across two box calls, checks compile on every row: the merged batch becomes the
+    family's evidence, its compile win on one row is counted (the family is not won), and the old unchecked row,
+    now checked there, is no longer listed."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    won_row, sub_row = "qwen_muladd_L19", "qwen_muladd_L47"
+    ledger.append_benchmark_rows(task_dir, peer_rows(task_dir, run_id="r-c001", ts="2026-12-01T10:00:00Z",
+                                                     compile_peer={}))
+    solution(task_dir, "c001", "promoted", "promote", "2026-12-01T11:00:00Z", evidence={"run_id": "r-c001"})
+    sub = [r for r in peer_rows(task_dir, run_id="r-sub", ts="2026-12-01T12:00:00Z",
+                                compile_peer={sub_row: (0.8, None)}) if r["row"] in (sub_row, won_row)]
+    ledger.append_benchmark_rows(task_dir, sub)
+    t = task_report(root)
+    f = peers.family_vs_peers(t)
+    assert f.run.run_id == "r-c001" and f.won is True
+    assert (sub_row, pytest.approx(1.25, rel=1e-4), "run `r-sub`") in f.unchecked
+
+    names = [r["row"] for r in sub] + [r["row"] for r in bench_rows(task_dir, run_id="x", mode="bench", cand="c001",
+                                                                     factors=1.2, ts="x")]
+    batch = peer_rows(task_dir, run_id="r-a", ts="2026-12-03T09:00:00Z",
+                      compile_peer={n: (0.5, "ok") if n == won_row else (1.1, "ok") for n in names})
+    ledger.append_benchmark_rows(task_dir, batch[:7])
+    ledger.append_benchmark_rows(task_dir, [{**r, "run_id": "r-b", "ts": "2026-12-03T09:15:00Z"} for r in batch[7:]])
+    t = task_report(root)
+    f = peers.family_vs_peers(t)
+    assert f.run.merged_from == ["r-a", "r-b"] and f.n_rows == 15
+    assert f.beaten == [(won_row, ledger.COMPILE_PEER, pytest.approx(2.0, rel=1e-4))] and f.won is False
+    assert f.unchecked == []  # r-sub's and r-c001's compile rows are checked in the batch now
+    assert t.peer_view().merged_from == ["r-a", "r-b"]
+    lb = report.render_leaderboard([t])
+    assert f"| fuse_scale_shift | c001 | merged from runs `r-a`, `r-b` | `{won_row}` | torch.compile | 2.000× |" in lb
+    assert t.headline()[0].run_id == "r-c001"  # the headline vs SGLang stays the promotion's evidence run

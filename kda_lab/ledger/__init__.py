@@ -72,6 +72,9 @@ _V4 = _after(_V3, "gpu_cc", ("gpu_uuid",))
 BENCHMARK_SCHEMAS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 BENCHMARK_COLUMNS: tuple[str, ...] = BENCHMARK_SCHEMAS[-1]
 BENCHMARK_MODES = ("bench", "aa", "baseline-only")
+# The torch.compile peer's key in the ``peers`` column: its oracle verdict (and time), written by `kda bench` since
+# compile is checked like the public peers. Older rows have ``compile_us`` and no such key: no verdict.
+COMPILE_PEER = "torch.compile"
 ROW_KINDS = ("production", "test")
 # Environment columns that every row must fill (those its schema has).
 ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "overlay", "git_commit", "command")

@@ -291,18 +291,31 @@ def checked_peers(task: Task, w: Workload, seed: int, device: torch.device, arg_
         except PeerUnavailable as e:
             info.update(verdict="unavailable", why=str(e))
             continue
-        (res,) = check_row(task, w, contract(task.family, w.fn), {peer.name: fn}, seed, device,
-                           baseline_impl=peer.name)
-        if res.error.startswith("raised"):  # the peer refuses the row (an assert on shape/dtype): not applicable
-            info.update(verdict="n/a", why=res.error[:200])
-            continue
-        if not res.ok:
-            worst = max((c.max_abs for c in res.comparisons), default=None)
-            info.update(verdict="wrong", why=res.error or res.describe()[:200], max_err=worst)
-            continue
-        info["verdict"] = "ok"
-        timed[peer.name] = fn
+        info.update(oracle_verdict(task, w, peer.name, fn, seed, device))
+        if info["verdict"] == "ok":
+            timed[peer.name] = fn
     return verdicts, timed
+
+
+def oracle_verdict(task: Task, w: Workload, name: str, fn: Callable[..., Any], seed: int, device: torch.device
+                   ) -> dict[str, Any]:
+    """A peer's verdict on row ``w`` against the fp64 oracle (task tolerances; never bitwise vs SGLang): "ok",
+    "wrong" (with why and the largest error), or "n/a" when it raises (an assert on shape/dtype)."""
+    (res,) = check_row(task, w, contract(task.family, w.fn), {name: fn}, seed, device, baseline_impl=name)
+    if res.error.startswith("raised"):
+        return {"verdict": "n/a", "why": res.error[:200]}
+    if not res.ok:
+        worst = max((c.max_abs for c in res.comparisons), default=None)
+        return {"verdict": "wrong", "why": res.error or res.describe()[:200], "max_err": worst}
+    return {"verdict": "ok"}
+
+
+def compile_verdict(task: Task, w: Workload, fn: Callable[..., Any], seed: int, device: torch.device
+                    ) -> dict[str, Any]:
+    """torch.compile of the family's eager reference, checked on row ``w`` like a public peer before it is timed:
+    the report counts compile as a peer only on rows where this verdict is ok (``ledger.COMPILE_PEER`` in the
+    ``peers`` column)."""
+    return {"version": torch.__version__, **oracle_verdict(task, w, ledger.COMPILE_PEER, fn, seed, device)}
 
 
 def best_peer(verdicts: dict[str, dict[str, Any]]) -> tuple[str, float] | None:
@@ -338,14 +351,19 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
         impls["candidate"] = cand.exports[w.fn]
     elif mode == "aa":
         impls["candidate"] = baseline  # the same baseline, captured and timed as a second side
+    verdicts: dict[str, dict[str, Any]] = {}
     if compile_peer and c.torch_reference is not None and mode != "aa":
         # A fresh dynamo cache per row: the reference's code object is shared across rows, and past
         # dynamo's recompile limit (8) torch.compile silently falls back to eager.
         torch._dynamo.reset()
-        impls["compile"] = torch.compile(c.torch_reference, dynamic=False)
-    verdicts: dict[str, dict[str, Any]] = {}
+        compiled = torch.compile(c.torch_reference, dynamic=False)
+        # checked before it is timed, like the public peers: a compile time only counts beside an ok verdict
+        verdicts[ledger.COMPILE_PEER] = compile_verdict(task, w, compiled, seed, device)
+        if verdicts[ledger.COMPILE_PEER]["verdict"] == "ok":
+            impls["compile"] = compiled
     if public_peers and mode != "aa":
-        verdicts, timed_peers = checked_peers(task, w, seed, device, arg_sets[0])
+        public, timed_peers = checked_peers(task, w, seed, device, arg_sets[0])
+        verdicts.update(public)
         impls.update({f"peer:{name}": fn for name, fn in timed_peers.items()})
     nbytes = spec.byte_model.bytes(w)
     sets_of = impl_arg_sets(list(impls), arg_sets, c.mutates)
@@ -359,6 +377,8 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
     for name, info in verdicts.items():
         if f"peer:{name}" in s:
             info["us"] = s[f"peer:{name}"].median
+    if "compile" in s:  # the compile peer is the fastest correct peer where it is fastest (best_peer below)
+        verdicts[ledger.COMPILE_PEER]["us"] = s["compile"].median
     best = best_peer(verdicts)
     base_us = s["baseline"].median
     cand_us = s["candidate"].median if "candidate" in s else None
@@ -482,7 +502,8 @@ def format_table(rows: list[dict[str, Any]], mode: str) -> str:
     pass a 1:1 copy by a few percent: 3 reads + 1 write measured 4.43 vs 4.29 TB/s on the H200).
     One column per public peer (us, WRONG, n/a or absent) and "vs peer": the best correct peer's time over
     the measured side's (candidate, or SGLang in a baseline-only run; > 1 means the peer is slower)."""
-    peer_names = sorted({n for r in rows if r.get("peers") for n in json.loads(r["peers"])})
+    # torch.compile has its own column (its time, or WRONG / n/a from its verdict)
+    peer_names = sorted({n for r in rows if r.get("peers") for n in json.loads(r["peers"])} - {ledger.COMPILE_PEER})
     head = (f"{'row':<34} {'MB':>8} {'base us':>9} {'cand us':>9} {'speedup':>8} {'compile':>9} "
             + "".join(f"{n[:10]:>11}" for n in peer_names) + (f" {'vs peer':>8}" if peer_names else "")
             + f" {'TB/s':>6} {'sol':>6} {'host b/c us':>13}")
@@ -493,7 +514,7 @@ def format_table(rows: list[dict[str, Any]], mode: str) -> str:
         vs = f"{r['speedup_vs_best_peer']:.3f}" if r.get("speedup_vs_best_peer") else "-"
         lines.append(
             f"{r['row'][:34]:<34} {r['bytes'] / 1e6:>8.2f} {r['baseline_us']:>9.2f} {_fmt_us(r['candidate_us']):>9} "
-            f"{sp:>8} {_fmt_us(r['compile_us']):>9} "
+            f"{sp:>8} {_fmt_us(r['compile_us']) or peer_cell(r, ledger.COMPILE_PEER):>9} "
             + "".join(f"{peer_cell(r, n):>11}" for n in peer_names) + (f" {vs:>8}" if peer_names else "")
             + f" {tb:>6.2f} {r['sol']:>5.2f}"
             f"{'!' if r['sol'] > SUSPECT_SOL and r['bytes'] >= LARGE_ROW_BYTES else ' '} "

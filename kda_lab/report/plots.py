@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kda_lab.report.model import Run, TaskReport, plot_names
+from kda_lab.report.model import Run, TaskReport, compile_state, correct_peer_times, plot_names
 
 MAX_CANDIDATES = 4
 BASELINE_COLOR = "#7f7f7f"
@@ -179,7 +179,7 @@ def draw_speedup(t: TaskReport, path: Path) -> Path:
     cands = candidate_series(t)
     aa = t.latest_aa
     head, _ = t.headline()
-    peers = t.peer_run()
+    peers = t.peer_view()
     g = grid(t, [*cands, *([aa] if aa else []), *([peers] if peers else [])])
     rows = g.rows()
     series: list[Series] = []
@@ -187,16 +187,25 @@ def draw_speedup(t: TaskReport, path: Path) -> Path:
         series.append((_cand_label(t, run), CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)], "o",
                        _values(run, rows, "speedup")))
     if peers is not None:
-        best = [None if (b is None or p is None or p <= 0) else b / p
-                for b, p in zip(_values(peers, rows, "baseline_us"), _values(peers, rows, "best_peer_us"), strict=True)]
+        # the report's best peer per row (compile counted where its verdict is ok), not the ledger's best_peer
+        # column, which older rows wrote without compile
+        by_row = {r["row"]: r for r in peers.rows}
+        fastest = {n: min((us for _, us in correct_peer_times(r)), default=None) for n, r in by_row.items()}
+        best = [None if (n not in by_row or not by_row[n]["baseline_us"] or not fastest[n])
+                else by_row[n]["baseline_us"] / fastest[n] for n in rows]
         if any(v is not None for v in best):
-            series.append((f"best public peer vs SGLang (run {peers.date}; docs/peers.md)", PEER_COLOR, "^", best))
+            series.append((f"best correct peer vs SGLang, compile counted where checked (run {peers.date}; "
+                           "docs/peers.md)", PEER_COLOR, "^", best))
     peer = head or (cands[-1] if cands else None)
     if peer is not None:
         comp = [None if (b is None or c is None or c <= 0) else b / c
                 for b, c in zip(_values(peer, rows, "baseline_us"), _values(peer, rows, "compile_us"), strict=True)]
         if any(v is not None for v in comp):
-            series.append((f"torch.compile vs SGLang (run {peer.date})", COMPILE_COLOR, "D", comp))
+            # times the oracle never checked (rows from before kda bench did) are drawn, and say so
+            unchecked = all(compile_state(r) != "ok" for r in peer.rows)
+            series.append((f"torch.compile vs SGLang (run {peer.date}"
+                           + ("; no oracle verdict, not counted as a peer)" if unchecked else ")"),
+                           COMPILE_COLOR, "D", comp))
     if aa is not None:
         series.append((f"A/A: SGLang vs SGLang (run {aa.date})", AA_COLOR, "s", _values(aa, rows, "speedup")))
     spread = aa.aa() if aa else None
