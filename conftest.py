@@ -24,6 +24,9 @@ except ImportError:
 
 if not _has_cuda:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    from kda_lab.interpret import rescan
+
+    rescan.install()  # the interpreter without its per-call rescan of triton.language (its docstring)
 
 pytest_plugins = ["kda_lab.pytest_plugin"]  # a task's tests/test_correctness.py: TaskTests over its task.toml
 

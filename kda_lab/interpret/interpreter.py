@@ -39,6 +39,9 @@ SHIM_MODULES = ("kda_lab.interpret.shims.rotary_embedding", "kda_lab.interpret.s
 
 def install_shims() -> None:
     """Install every family's shims; call after the interpreter is switched on (some are no-ops otherwise)."""
+    from kda_lab.interpret import rescan
+
+    rescan.install()
     for name in SHIM_MODULES:
         importlib.import_module(name).install()
 
