@@ -1,13 +1,13 @@
 """The input of every 3x3x3 conv of SGLang 0.5.23's LTX-2 VAE decoder, as the CUDA decode computes it.
 
-SGLang has no function for it. On CUDA the decoding stage decodes a bf16 VAE under
-``torch.autocast("cuda", torch.bfloat16)`` with the module left in its loaded dtype (``DecodingStage.decode_raw``
-and LTX-2's ``LTX2AVDecodingStage._decode_video``: ``autocast_context``; ``temporary_module_dtype`` casts the
-module only when autocast is off), and the loader puts the conv weights in channels_last_3d on one GPU
-(``vae_loader``). In ``models/vaes/ltx_2_vae.py`` every conv input is then made like this:
+SGLang has no function for it. On CUDA the decoding stage decodes a bf16 VAE under ``torch.autocast("cuda",
+torch.bfloat16)`` with the module left in its loaded dtype (``DecodingStage.decode_raw`` and LTX-2's
+``LTX2AVDecodingStage._decode_video``: ``autocast_context``; ``temporary_module_dtype`` casts the module only
+when autocast is off), and the loader puts the conv weights in channels_last_3d on one GPU (``vae_loader``).
+In ``models/vaes/ltx_2_vae.py`` every conv input is then made like this:
 
     # LTX2VideoResnetBlock3d.forward (conv1 and conv2), LTX2VideoDecoder3d.forward (conv_out)
-    hidden_states = self.norm1(hidden_states)          # PerChannelRMSNorm, eps 1e-8 (resnet_eps is not passed)
+    hidden_states = self.norm1(hidden_states)          # PerChannelRMSNorm, eps 1e-8 (resnet_eps not passed)
     hidden_states = self.nonlinearity(hidden_states)   # nn.SiLU
     hidden_states = self.conv1(hidden_states, causal=causal, ...)
 
@@ -19,7 +19,8 @@ module only when autocast is off), and the loader puts the conv weights in chann
     # LTX2VideoCausalConv3d.forward, weights channels_last_3d, CUDA, padding_mode "reflect"
     hidden_states = self._causal_temporal_pad_channels_last(hidden_states, left, right)
     hidden_states = F.pad(hidden_states.permute(0, 2, 3, 4, 1),
-                          (0, 0, width_pad, width_pad, height_pad, height_pad), mode="reflect").permute(0, 4, 1, 2, 3)
+                          (0, 0, width_pad, width_pad, height_pad, height_pad),
+                          mode="reflect").permute(0, 4, 1, 2, 3)
     return F.conv3d(hidden_states, self.conv.weight, self.conv.bias, self.conv.stride, 0, ...)
 
 Under CUDA autocast the conv returns bf16; ``x**2`` is on autocast's fp32 list (x is cast to fp32 first), so
@@ -33,27 +34,28 @@ without the norm: conv_in's input is the fp32 latent, an upsampler's the bf16 ou
 The two functions are those conv inputs, written once in bf16 channels_last_3d (what the conv reads):
 
 - ``ltx2_rms_silu_pad(x, pad, eps)``: x ``[B, C, T, H, W]`` bf16 (any strides: the conv outputs are
-  channels_last_3d, the upsamplers' pixel-shuffled outputs are contiguous NCDHW), ``pad`` six ints in F.pad order
-  ``(w_left, w_right, h_top, h_bottom, t_front, t_back)``: W and H reflect (each pad < that size, as
-  ``reflection_pad3d`` requires), T replicates (frame 0 in front, the last frame behind), ``eps`` SGLang's 1e-8.
-  ``out[b, c, t, h, w] = silu(x / sqrt(mean_c(x^2) + eps))`` at ``x[b, c, clamp(t - t_front), reflect(h - h_top),
-  reflect(w - w_left)]``, rounded once to bf16, shape ``[B, C, T + t_front + t_back, H + h_top + h_bottom,
-  W + w_left + w_right]``, channels_last_3d (:class:`~kda_lab.families.replicate_pad3d.PadContract` holds the
-  layout).
+  channels_last_3d, the upsamplers' pixel-shuffled outputs are contiguous NCDHW), ``pad`` six ints in F.pad
+  order ``(w_left, w_right, h_top, h_bottom, t_front, t_back)``: W and H reflect (each pad < that size, as
+  ``reflection_pad3d`` requires), T replicates (frame 0 in front, the last frame behind), ``eps`` SGLang's
+  1e-8. ``out[b, c, t, h, w] = silu(x / sqrt(mean_c(x^2) + eps))`` at ``x[b, c, clamp(t - t_front), reflect(h
+  - h_top), reflect(w - w_left)]``, rounded once to bf16, shape ``[B, C, T + t_front + t_back, H + h_top +
+  h_bottom, W + w_left + w_right]``, channels_last_3d (:class:`~kda_lab.families.replicate_pad3d.PadContract`
+  holds the layout).
 - ``ltx2_pad_cast(x, pad)``: the same pads and layout without the norm, ``x`` fp32 (the latent) or bf16:
-  ``x_padded.to(torch.bfloat16)``, one rounding of each value, so bit-exact (``exact = true``, zero tolerances).
+  ``x_padded.to(torch.bfloat16)``, one rounding of each value, so bit-exact (``exact = true``: bit for bit
+  with SGLang; its oracle rounds the same way, so it passes with zero error).
 
-Rounding points of SGLang's CUDA chain for ``ltx2_rms_silu_pad``, per element: ``x`` is bf16; ``x*x`` in fp32 is
-exact (8-bit significands square into 16 bits); the channel sum is an fp32 reduction in the order of torch's
-reduce kernel, which depends on x's layout and the launch configuration; ``mean = sum * (1/C)`` (torch's CUDA
-MeanOps multiplies by an fp32 factor; exact for LTX-2's power-of-two C); ``+ eps``, ``sqrt``, ``x / rms`` and
-SiLU's ``x / (1 + exp(-x))`` are each one IEEE fp32 rounding (plus expf's); the pads are copies; the conv's cast
-is one round-to-nearest-even to bf16. A kernel with its own channel-sum order can move the sum by an fp32 ulp,
-which moves a bf16 output by one ulp when it lies at a rounding boundary: the function is not exact (the
-overlay serves it from the ``lossless`` tier). The oracle is fp64 (no rounding); the bf16 tolerance
-``rtol = 4e-3`` (2^-8 plus fp32 slack) bounds the one final rounding (half a bf16 ulp is at most 2^-8 of the
-value) and nothing more: a bf16 RMSNorm (SGLang's CPU path, where autocast keeps ``x**2`` in bf16) or a pad off
-by one is rejected (tests/families/test_ltx2_rms_silu_pad.py).
+Rounding points of SGLang's CUDA chain for ``ltx2_rms_silu_pad``, per element: ``x`` is bf16; ``x*x`` in fp32
+is exact (8-bit significands square into 16 bits); the channel sum is an fp32 reduction in the order of
+torch's reduce kernel, which depends on x's layout and the launch configuration; ``mean = sum * (1/C)``
+(torch's CUDA MeanOps multiplies by an fp32 factor; exact for LTX-2's power-of-two C); ``+ eps``, ``sqrt``,
+``x / rms`` and SiLU's ``x / (1 + exp(-x))`` are each one IEEE fp32 rounding (plus expf's); the pads are
+copies; the conv's cast is one round-to-nearest-even to bf16. A kernel with its own channel-sum order can move
+the sum by an fp32 ulp, which moves a bf16 output by one ulp when it lies at a rounding boundary: the function
+is not exact (the overlay serves it from the ``lossless`` tier). The oracle is fp64 (no rounding); the bf16
+tolerance ``rtol = 4e-3`` (2^-8 plus fp32 slack) bounds the one final rounding (half a bf16 ulp is at most
+2^-8 of the value) and nothing more: a bf16 RMSNorm (SGLang's CPU path, where autocast keeps ``x**2`` in bf16)
+or a pad off by one is rejected (tests/families/test_ltx2_rms_silu_pad.py).
 
 Byte model (:data:`BYTE_MODELS`): x read once, the padded bf16 output written once (``out_like``, which a row
 carries for the byte model and :func:`prepare` drops after checking it).
@@ -77,13 +79,15 @@ def check_pad(x: torch.Tensor, pad: Any) -> tuple[int, int, int, int, int, int]:
     if x.dim() != 5:
         raise ValueError(f"x must be 5-D [B, C, T, H, W], got shape {list(x.shape)}")
     if not isinstance(pad, (list, tuple)) or len(pad) != 6 or not all(isinstance(p, int) for p in pad):
-        raise ValueError(f"pad must be six ints (w_left, w_right, h_top, h_bottom, t_front, t_back), got {pad!r}")
+        raise ValueError("pad must be six ints (w_left, w_right, h_top, h_bottom, t_front, t_back), "
+                         f"got {pad!r}")
     wl, wr, ht, hb, tf, tb = pad
     if min(pad) < 0:
         raise ValueError(f"pads must be non-negative, got {list(pad)}")
     _, _, _, h, w = x.shape
     if max(wl, wr) >= w or max(ht, hb) >= h:
-        raise ValueError(f"a reflect pad must be smaller than the size it pads: pad {list(pad)} for H {h}, W {w}")
+        raise ValueError(f"a reflect pad must be smaller than the size it pads: pad {list(pad)} for H {h}, "
+                         f"W {w}")
     return wl, wr, ht, hb, tf, tb
 
 
@@ -102,12 +106,12 @@ def prepare(args: Args) -> Args:
     out_like, x = a.pop("out_like"), a["x"]
     want = padded_shape(tuple(x.shape), check_pad(x, a["pad"]))
     if tuple(out_like.shape) != want or out_like.dtype not in (torch.bfloat16, x.dtype):
-        raise ValueError(f"row's out_like {out_like.dtype}{list(out_like.shape)} is not the padded bf16 output "
-                         f"{list(want)} of x {list(x.shape)} and pad {a['pad']}")
+        raise ValueError(f"row's out_like {out_like.dtype}{list(out_like.shape)} is not the padded bf16 "
+                         f"output {list(want)} of x {list(x.shape)} and pad {a['pad']}")
     return a
 
 
-# ----------------------------------------------------------------------------------------------- SGLang's code
+# ------------------------------------------------------------------------------------------ SGLang's code
 
 
 def _causal_temporal_pad_channels_last(x: torch.Tensor, left: int, right: int) -> torch.Tensor:
@@ -134,8 +138,9 @@ def _sglang_pads_and_cast(hidden_states: torch.Tensor, pad: Any) -> torch.Tensor
 
 
 def sglang_ltx2_rms_silu_pad(x: torch.Tensor, pad: list[int], eps: float = EPS) -> torch.Tensor:
-    """SGLang's norm -> SiLU -> causal-conv pads, with CUDA autocast's casts written out (``x**2`` on its fp32
-    list: x cast to fp32 first; the conv's input cast to bf16), so it computes the CUDA chain on any device."""
+    """SGLang's norm -> SiLU -> causal-conv pads, with CUDA autocast's casts written out (``x**2`` on its
+    fp32 list: x cast to fp32 first; the conv's input cast to bf16), so it computes the CUDA chain on any
+    device."""
     mean_sq = torch.mean(x.float() ** 2, dim=1, keepdim=True)
     rms = torch.sqrt(mean_sq + eps)
     hidden_states = x / rms
@@ -152,7 +157,8 @@ def sglang_ltx2_pad_cast(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
 
 
 def _source_index(n: int, before: int, after: int, reflect: bool, device: torch.device) -> torch.Tensor:
-    """Source index of each padded position along one dimension: reflection (edge not repeated) or replicate."""
+    """Source index of each padded position along one dimension: reflection (edge not repeated) or
+    replicate."""
     i = torch.arange(-before, n + after, device=device)
     if reflect:
         i = i.abs()
@@ -170,8 +176,8 @@ def _gather(y: torch.Tensor, pad: tuple[int, ...]) -> torch.Tensor:
 
 
 def ltx2_rms_silu_pad_oracle(a: Args) -> tuple[torch.Tensor, ...]:
-    """fp64: the per-voxel RMS over channels, the division, SiLU, then the pads as index gathers (no F.pad); no
-    rounding (the tolerance covers the one bf16 rounding)."""
+    """fp64: the per-voxel RMS over channels, the division, SiLU, then the pads as index gathers (no F.pad);
+    no rounding (the tolerance covers the one bf16 rounding)."""
     x = a["x"]
     pad = check_pad(x, a["pad"])
     xd = x.double()

@@ -1,12 +1,12 @@
 """The ltx2_rms_silu_pad family: the conv inputs of SGLang 0.5.23's LTX-2 VAE decoder under CUDA autocast.
 
 The oracle against hand-computed cases; the baselines against SGLang's own modules and source; the checker
-passing the baseline and rejecting realistic wrong implementations (a reflect pad off by one, a bf16 RMSNorm as
-SGLang's CPU autocast computes it, the causal pad on the wrong side, the wrong layout); the production rows
+passing the baseline and rejecting realistic wrong implementations (a reflect pad off by one, a bf16 RMSNorm
+as SGLang's CPU autocast computes it, the causal pad on the wrong side, the wrong layout); the production rows
 against the committed capture; the candidate's Triton kernel in the interpreter (bf16 x included: it reads and
-writes bf16 through integer views, so the interpreter's truncating bf16 cast never runs); and, at model level, a
-tiny SGLang LTX-2 decoder with the fast path on vs off under an explicit CPU emulation of CUDA autocast's casts
-(CPU autocast itself keeps ``x**2`` in bf16, which the first model test shows).
+writes bf16 through integer views, so the interpreter's truncating bf16 cast never runs); and, at model level,
+a tiny SGLang LTX-2 decoder with the fast path on vs off under an explicit CPU emulation of CUDA autocast's
+casts (CPU autocast itself keeps ``x**2`` in bf16, which the first model test shows).
 """
 
 from __future__ import annotations
@@ -35,12 +35,14 @@ FAMILY = "ltx2_rms_silu_pad"
 SLUG = "h200_vae_ltx2_rms_silu_pad__multi_shape"
 TASK_DIR = REPO / "kernels" / SLUG
 LTX = "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae"
-PAD = [1, 1, 1, 1, 1, 1]  # the decoder's: reflect 1 on H and W, replicate 1 frame on each side (decoder_causal off)
+# the decoder's pads: reflect 1 on H and W, replicate 1 frame on each side (decoder_causal is off)
+PAD = [1, 1, 1, 1, 1, 1]
 CAUSAL = [1, 1, 1, 1, 2, 0]
 CL = torch.channels_last_3d
 TASKS = [t for t in map(load_task, all_task_dirs()) if t.family == FAMILY]
 ROWS = [(t, w) for t in TASKS for w in t.workloads if "tiny" in w.tags]
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
+BASELINES = {"ltx2_rms_silu_pad": fam.sglang_ltx2_rms_silu_pad, "ltx2_pad_cast": fam.sglang_ltx2_pad_cast}
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -91,7 +93,8 @@ def test_oracle_rms_silu_hand_computed() -> None:
 
 
 def test_pad_cast_oracle_rounds_once_to_bf16() -> None:
-    x = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -9)]).view(1, 3, 1, 1, 1).expand(1, 3, 1, 2, 2)
+    x = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -9)]).view(1, 3, 1, 1, 1)
+    x = x.expand(1, 3, 1, 2, 2)
     (out,) = fam.ltx2_pad_cast_oracle({"x": x.contiguous(), "pad": [1, 0, 0, 1, 0, 0]})
     # ties to even: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6; below half an ulp -> -1
     assert out[0, :, 0, 0, 0].tolist() == [1.0, 1.0 + 2 ** -6, -1.0]
@@ -111,13 +114,14 @@ def test_baseline_matches_the_oracle_within_one_rounding() -> None:
     assert ((got.double() - ref).abs() <= 2 ** -8 * ref.abs() + 1e-12).all()
 
 
-# ----------------------------------------------------------------------------------- the baselines are SGLang's
+# ------------------------------------------------------------------------------ the baselines are SGLang's
 
 @pytest.fixture(scope="module")
 def ltx():
     from kda_lab.e2e import runtime
 
-    before = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    dist = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+    before = {k: os.environ.get(k) for k in dist}
     runtime.init_sglang("cpu")
     for k, v in before.items():
         if v is None:
@@ -135,24 +139,28 @@ def test_baselines_quote_sglangs_code(ltx) -> None:
     assert "rms = torch.sqrt(mean_sq + self.eps)" in norm and "return x / rms" in norm
     assert inspect.signature(ltx.PerChannelRMSNorm.__init__).parameters["eps"].default == fam.EPS
     conv = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(ltx.LTX2VideoCausalConv3d.forward))))
-    assert ("hidden_states = F.pad(hidden_states.permute(0, 2, 3, 4, 1), (0, 0, width_pad, width_pad, height_pad, "
-            "height_pad), mode='reflect').permute(0, 4, 1, 2, 3)") in conv
-    assert "left = right = (time_kernel_size - 1) // 2" in conv and "left, right = (time_kernel_size - 1, 0)" in conv
+    assert ("hidden_states = F.pad(hidden_states.permute(0, 2, 3, 4, 1), (0, 0, width_pad, width_pad, "
+            "height_pad, height_pad), mode='reflect').permute(0, 4, 1, 2, 3)") in conv
+    assert "left = right = (time_kernel_size - 1) // 2" in conv
+    assert "left, right = (time_kernel_size - 1, 0)" in conv
     pad = ast.unparse(ast.parse(textwrap.dedent(
         inspect.getsource(ltx.LTX2VideoCausalConv3d._causal_temporal_pad_channels_last))))
     mine = ast.unparse(ast.parse(inspect.getsource(fam._causal_temporal_pad_channels_last)))
-    for line in ("out[:, :, left:left + t].copy_(x)", "out[:, :, :left].copy_(x[:, :, :1] if left_pad is None",
+    for line in ("out[:, :, left:left + t].copy_(x)",
+                 "out[:, :, :left].copy_(x[:, :, :1] if left_pad is None",
                  "x[:, :, -1:] if right_pad is None"):
         assert line in pad
     assert "out[:, :, left:left + t].copy_(x)" in mine
     res = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(ltx.LTX2VideoResnetBlock3d.forward))))
-    order = [res.index(s) for s in ("self.norm1(hidden_states)", "self.nonlinearity(hidden_states)", "self.conv1(",
-                                    "self.norm2(hidden_states)", "self.dropout(hidden_states)", "self.conv2(")]
+    steps = ("self.norm1(hidden_states)", "self.nonlinearity(hidden_states)", "self.conv1(",
+             "self.norm2(hidden_states)", "self.dropout(hidden_states)", "self.conv2(")
+    order = [res.index(s) for s in steps]
     assert order == sorted(order)
 
 
 class CapturePaddedInput(TorchFunctionMode):
-    """Records conv3d's input (SGLang's CPU branch: nn.Conv3d pads reflect itself, then conv3d with padding 0)."""
+    """Records conv3d's input (SGLang's CPU branch: nn.Conv3d pads reflect itself, then conv3d with
+    padding 0)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -229,7 +237,7 @@ def row(fn: str, shape: list[int], pad: list[int], dtype: str = "bfloat16", cl: 
 
 
 def run_checker(fn: str, impl: Any, shape: list[int], pad: list[int]) -> Any:
-    base_fn = {"ltx2_rms_silu_pad": fam.sglang_ltx2_rms_silu_pad, "ltx2_pad_cast": fam.sglang_ltx2_pad_cast}[fn]
+    base_fn = BASELINES[fn]
     results = check_row(load_task(TASK_DIR), row(fn, shape, pad), contract(FAMILY, fn),
                         {"baseline": base_fn, "candidate": impl}, seed=3, device="cpu")
     base, cand = (next(r for r in results if r.impl == k) for k in ("baseline", "candidate"))
@@ -239,7 +247,7 @@ def run_checker(fn: str, impl: Any, shape: list[int], pad: list[int]) -> Any:
 
 @pytest.mark.parametrize("fn", ["ltx2_rms_silu_pad", "ltx2_pad_cast"])
 def test_checker_passes_sglangs_chain(fn: str) -> None:
-    base_fn = {"ltx2_rms_silu_pad": fam.sglang_ltx2_rms_silu_pad, "ltx2_pad_cast": fam.sglang_ltx2_pad_cast}[fn]
+    base_fn = BASELINES[fn]
     assert run_checker(fn, base_fn, [1, 64, 3, 5, 7], CAUSAL).ok
 
 
@@ -292,9 +300,9 @@ def exports() -> dict[str, Any]:
     return load_candidate(load_task(TASK_DIR)).EXPORTS
 
 
-needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="CPU test: the Triton interpreter (TRITON_INTERPRET=1, "
-                                                               "set by conftest.py without a GPU); kda check runs "
-                                                               "the candidate on the GPU")
+needs_interpreter = pytest.mark.skipif(
+    not INTERPRET, reason="CPU test: the Triton interpreter (TRITON_INTERPRET=1, set by conftest.py "
+                          "without a GPU); kda check runs the candidate on the GPU")
 
 
 @needs_interpreter
@@ -308,7 +316,7 @@ def test_the_candidate_passes_the_tiny_rows_in_the_interpreter(exports, task, ro
         raise AssertionError("the candidate fell back to SGLang's chain")
 
     monkeypatch.setattr(register, "sglang_chain", no_chain)
-    base_fn = {"ltx2_rms_silu_pad": fam.sglang_ltx2_rms_silu_pad, "ltx2_pad_cast": fam.sglang_ltx2_pad_cast}[row.fn]
+    base_fn = BASELINES[row.fn]
     results = check_row(task, row.with_dtype("float32"), contract(FAMILY, row.fn),
                         {"baseline": base_fn, "candidate": exports[row.fn]}, seed=1, device="cpu")
     assert all(r.ok for r in results), "\n".join(r.describe() for r in results)
@@ -334,7 +342,8 @@ def test_the_candidate_on_bf16_x_in_the_interpreter(exports, layout, shape, pad)
 
 @needs_interpreter
 def test_the_candidates_bf16_rounding_is_round_to_nearest_even(exports) -> None:
-    """fp32 values at and around bf16 ties, and specials: the kernel's integer rounding equals torch's cast."""
+    """fp32 values at and around bf16 ties, and specials: the kernel's integer rounding equals torch's
+    cast."""
     base = torch.tensor([1.0, -1.5, 3.0, 2.0 ** -126, 6.0e4, 0.0, -0.0])
     steps = torch.tensor([0, 1, 0x7FFF, 0x8000, 0x8001, 0x17FFF, 0x18000], dtype=torch.int32)
     vals = (base.view(torch.int32)[:, None] + steps[None, :]).view(torch.float32).flatten()
@@ -359,9 +368,10 @@ def test_the_candidate_falls_back_to_sglangs_chain_outside_its_contract(exports)
 # ------------------------------------------------------------------------------------------------ model level
 
 class CudaAutocastOnCpu(TorchFunctionMode):
-    """CUDA autocast's casts for the ops SGLang's LTX-2 decoder calls, on the CPU: conv3d runs in bf16 (its input
-    channels_last_3d, as cuDNN's NDHWC conv reads it on CUDA in both SGLang's reflect branch and the fast path),
-    ``pow`` and ``layer_norm`` in fp32 (autocast's fp32 list); every other op as called. Records each conv input."""
+    """CUDA autocast's casts for the ops SGLang's LTX-2 decoder calls, on the CPU: conv3d runs in bf16 (its
+    input channels_last_3d, as cuDNN's NDHWC conv reads it on CUDA in both SGLang's reflect branch and the
+    fast path), ``pow`` and ``layer_norm`` in fp32 (autocast's fp32 list); every other op as called.
+    Records each conv input."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -373,7 +383,8 @@ class CudaAutocastOnCpu(TorchFunctionMode):
             x = args[0].to(torch.bfloat16).contiguous(memory_format=CL)
             self.conv_inputs.append(x)
             bias = args[2] if len(args) > 2 else kwargs.pop("bias", None)
-            args = (x, args[1].to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16), *args[3:])
+            bias = None if bias is None else bias.to(torch.bfloat16)
+            args = (x, args[1].to(torch.bfloat16), bias, *args[3:])
         elif func in (torch.Tensor.__pow__, torch.Tensor.pow, torch.pow) and args[0].is_floating_point():
             args = (args[0].float(), *args[1:])
         elif func in (F.layer_norm, torch.layer_norm):
@@ -427,10 +438,11 @@ def _decode(vae: Any, z: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]
 
 @needs_interpreter
 def test_fast_path_on_vs_off_under_cuda_autocast(ltx, candidate_modules, fast, monkeypatch) -> None:
-    """A tiny SGLang LTX-2 decoder (bf16, channels_last_3d weights, latent [1,128,3,3,4]) under the emulated CUDA
-    autocast, fast path off vs on: every conv input made without a norm (conv_in on the fp32 latent, the
-    upsamplers) is bit-identical; the normed ones agree to one bf16 ulp until the first one-ulp difference of a
-    channel sum propagates; the decoded video passes the model-level criterion of `kda e2e`."""
+    """A tiny SGLang LTX-2 decoder (bf16, channels_last_3d weights, latent [1,128,3,3,4]) under the emulated
+    CUDA autocast, fast path off vs on: conv_in's input (the fp32 latent, pads and cast) is bit-identical;
+    every conv input agrees to one bf16 ulp until the first one-ulp difference of a channel sum propagates
+    through a conv (not bit-identical: the RMSNorm's sum order); the decoded video passes the model-level
+    criterion of `kda e2e`."""
     from kda_lab.e2e.measure import model_agreement
 
     vae = _tiny_decoder()
@@ -449,12 +461,12 @@ def test_fast_path_on_vs_off_under_cuda_autocast(ltx, candidate_modules, fast, m
     assert candidate_modules["fast_path"].FALLBACKS == {}  # every module of the decoder took the fast path
     assert len(conv_on) == len(conv_off)
     same_input = True
-    for a, b in zip(conv_off, conv_on):
+    for a, b in zip(conv_off, conv_on, strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype == torch.bfloat16
         if same_input:
             assert int(ulps(a, b).max()) <= 1  # until a difference propagates through a conv
             same_input = torch.equal(a, b)
-    pad_convs = [i for i, a in enumerate(conv_off) if a.shape[1] == 128]  # conv_in reads the 128-channel latent
+    pad_convs = [i for i, a in enumerate(conv_off) if a.shape[1] == 128]  # conv_in: the 128-channel latent
     assert pad_convs and all(torch.equal(conv_off[i], conv_on[i]) for i in pad_convs)
     ok, text = model_agreement(off, on, _fp32_decode(vae, z))
     assert ok, text
@@ -530,6 +542,7 @@ def test_task_ledgers_hold_the_interpreter_verdict() -> None:
 
 def test_box_commands_are_written_down() -> None:
     text = (TASK_DIR / "docs/box_commands.md").read_text()
-    for cmd in (f"check {SLUG}", f"bench {SLUG} --aa", f"bench {SLUG}\"", "e2e --request ltx2 --stage decode"):
+    for cmd in (f"check {SLUG}", f"bench {SLUG} --aa", f"bench {SLUG}\"",
+                "e2e --request ltx2 --stage decode"):
         assert cmd in text, cmd
 
