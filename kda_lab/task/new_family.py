@@ -322,7 +322,7 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
 
 
 def _tuple_text(items: list[str] | tuple[str, ...], q: str) -> str:
-    """A tuple literal of quoted names: the trailing comma only where one element needs it, as ruff writes it."""
+    """A tuple literal of quoted names, with the trailing comma only where one element needs it."""
     inner = ", ".join(f"{q}{x}{q}" for x in items)
     return f"({inner},)" if len(items) == 1 else f"({inner})"
 
