@@ -4,7 +4,8 @@ channels (fp32), SiLU, the temporal replicate pad and the H/W reflect pad, writt
 Numerics (the family module lists SGLang's rounding points): x is read in its dtype and widened to fp32 exactly;
 ``x*x`` is exact in fp32; the channel sum is one ``tl.sum`` over the voxel's C values in fp32 (Triton's tree
 order, not torch's reduce order: the one place the result can differ from SGLang, by an fp32 ulp of the sum);
-``mean = sum * (1/C)`` as torch's CUDA mean does (an fp32 factor; exact for power-of-two C); ``+ eps``,
+``mean = sum * (1/C)`` as torch's CUDA mean does (an fp32 factor; exact for power-of-two C), then ``+ eps``
+as a separate rounding (the kernel is compiled without FMA contraction),
 ``sqrt_rn``, ``div_rn`` and SiLU's ``y / (1 + exp(-y))`` with ``div_rn`` are IEEE-rounded fp32 operations
 (Triton's default ``/`` and ``tl.sqrt`` are approximate on NVIDIA GPUs: no fast math here); ``exp`` is
 libdevice's ``__nv_expf``, the CUDA math library's ``expf`` that torch's SiLU kernel calls. The one rounding to
@@ -15,14 +16,16 @@ bf16 x is read through an int16 view for the same reason (its widening is a 16-b
 Byte model and bound (per call; H200 HBM3e peak 4.8 TB/s, the lab's measured copy ceiling about 4.29 TB/s):
 x is read once (2 bytes per element in bf16, 4 for the fp32 latent) and the padded output written once (2 bytes
 per element of ``[B, C, T+tf+tb, H+ht+hb, W+wl+wr]``); every voxel's C values are one tile row, so the norm
-needs no second pass over x. A source voxel on the border is read again for each padded copy of it (at most
-(T+2)(H+2)(W+2)/(THW) of x, 1.03x-1.7x on LTX-2's shapes; the 2-row tiles are the worst): those re-reads hit L2.
-SGLang's chain moves about 2 (bf16 read) + 4+4 (x**2 written, read) + 4+4 (x / rms) + 4+4 (SiLU) + 4+4 (temporal
-pad) + 4+4 (reflect pad) + 4+2 (cast) = 48 bytes per element against 4 here, so the bound is about 12x below
-SGLang's traffic; the production rows' total is 28.5 GB per decode, 5.9 ms at 4.8 TB/s (task.toml notes).
+needs no second pass over x. A source voxel on the border is read again for each padded copy of it
+((T+2)(H+2)(W+2)/(THW) of x: 1.05x on the largest rows, up to 2.7x on the 2-row tiles); those re-reads hit L2.
+SGLang's chain moves about 46 bytes per element of x (pow: 2 read + 4 written; mean: 4; x / rms: 2 + 4; SiLU,
+the temporal pad and the reflect pad: 4 + 4 each; autocast's cast: 4 + 2) against 4 here, about 11x; the
+production rows' total is 28.5 GB per decode, 5.9 ms at 4.8 TB/s (task.toml notes).
 
 Tiles: [BLOCK_V voxels, BLOCK_C = next_pow2(C) channels], BLOCK_V * BLOCK_C about 4096 elements; offsets are
 64-bit (the largest x is 254M elements). C above MAX_C is outside this kernel's contract (register.py falls back).
+Not tuned yet: an NCDHW x (the first resnet after each upsampler, 1 call in 10) is read with loads strided by
+T*H*W along the tile's channels; staging it through shared memory is the next step if its rows lag.
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 MAX_C = 4096
+# Triton contracts a * b + c into one FMA by default (one rounding where SGLang's mean * (1/C) + eps has two):
+# compile without it (the interpreter takes no compile options and rounds each operation anyway)
 TILE_ELEMENTS = 4096
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+_NO_FMA: dict[str, bool] = {} if _INTERPRET else {"enable_fp_fusion": False}
 
 if _INTERPRET:
     @triton.jit
@@ -115,4 +122,4 @@ def launch(x: torch.Tensor, out: torch.Tensor, pad: tuple[int, ...], norm: bool,
     grid = (triton.cdiv(n_vox, block_v),)
     _conv_input_kernel[grid](xv, out.view(torch.int16), n_vox, c, t, h, w, to, ho, wo, sxb, sxc, sxt, sxh, sxw,
                              wl, ht, tf, 1.0 / c, eps, NORM=norm, X_BF16=x.dtype == torch.bfloat16,
-                             BLOCK_V=block_v, BLOCK_C=block_c)
+                             BLOCK_V=block_v, BLOCK_C=block_c, **_NO_FMA)
