@@ -340,6 +340,52 @@ def test_the_candidate_on_bf16_x_in_the_interpreter(exports, layout, shape, pad)
     assert ((got.double() - ref).abs() <= 4e-3 * ref.abs() + 1e-6).all()
 
 
+def _exact_sum_case(c: int, layout: str, device: str) -> tuple[torch.Tensor, list[int]]:
+    """bf16 x of small integers: every square is an integer <= 64 and a voxel's sum <= 64 C, exact in fp32 in
+    any order, so the kernel's channel-sum order cannot matter and every other step must be SGLang's bit for
+    bit. The NCDHW case takes the causal pad (2, 0)."""
+    g = torch.Generator().manual_seed(c)
+    x = torch.randint(-8, 9, (1, c, 3, 5, 6), generator=g).to(torch.bfloat16)
+    x = x.contiguous(memory_format=CL) if layout == "cl" else x
+    return x.to(device), CAUSAL if layout == "ncdhw" else PAD
+
+
+@needs_interpreter
+@pytest.mark.parametrize("c", [24, 64, 1024])
+@pytest.mark.parametrize("layout", ["cl", "ncdhw"])
+def test_the_candidate_is_sglangs_chain_bit_for_bit_when_the_channel_sum_is_exact(exports, c, layout) -> None:
+    x, pad = _exact_sum_case(c, layout, "cpu")
+    assert torch.equal(exports["ltx2_rms_silu_pad"](x, pad), fam.sglang_ltx2_rms_silu_pad(x, pad))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c", [24, 128, 1024])
+@pytest.mark.parametrize("layout", ["cl", "ncdhw"])
+def test_on_the_gpu_the_candidate_is_sglangs_chain_bit_for_bit_when_the_channel_sum_is_exact(exports, c,
+                                                                                            layout) -> None:
+    """On CUDA: div_rn, sqrt_rn, libdevice expf against torch's SiLU, no FMA contraction, the rounding and the
+    pads all bit for bit with SGLang's chain (which runs torch's CUDA kernels)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x, pad = _exact_sum_case(c, layout, "cuda")
+    assert torch.equal(exports["ltx2_rms_silu_pad"](x, pad), fam.sglang_ltx2_rms_silu_pad(x, pad))
+    assert torch.equal(exports["ltx2_pad_cast"](x.float(), pad), fam.sglang_ltx2_pad_cast(x.float(), pad))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_candidate_is_within_one_ulp_of_sglangs_chain_on_production_like_x(exports) -> None:
+    """Random bf16 x at the mid block's width, channels-last as the conv returns it: at most one bf16 ulp from
+    SGLang's chain (the channel-sum order), printed as the share of elements that differ."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = randn((1, 1024, 16, 16, 16)).cuda()
+    got, want = exports["ltx2_rms_silu_pad"](x, PAD), fam.sglang_ltx2_rms_silu_pad(x, PAD)
+    d = ulps(got, want)
+    print(f"ltx2_rms_silu_pad vs SGLang's chain on CUDA: {int((d > 0).sum())} of {d.numel()} elements "
+          f"differ, max {int(d.max())} ulp")
+    assert int(d.max()) <= 1
+
+
 @needs_interpreter
 def test_the_candidates_bf16_rounding_is_round_to_nearest_even(exports) -> None:
     """fp32 values at and around bf16 ties, and specials: the kernel's integer rounding equals torch's
@@ -480,6 +526,53 @@ def _fp32_decode(vae: Any, z: torch.Tensor) -> torch.Tensor:
     v = copy.deepcopy(vae).to(torch.float32)
     with torch.no_grad():
         return v.decoder(z)
+
+
+class CaptureConvInputs(TorchFunctionMode):
+    """Each conv3d input as the conv computes on it under CUDA autocast: cast to bf16 (autocast's cast sits
+    below the torch-function layer, so SGLang's fp32 inputs arrive here uncast)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_inputs: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.conv3d, F.conv3d):
+            self.conv_inputs.append(args[0].to(torch.bfloat16))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_fast_path_on_vs_off_under_cuda_autocast(ltx, candidate_modules, fast) -> None:
+    """The tiny decoder on CUDA under SGLang's real autocast (no emulation): conv_in's input bit-identical,
+    every conv input within one bf16 ulp until a difference propagates, the decode within the model-level
+    criterion, and no fallback."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kda_lab.e2e.measure import model_agreement
+
+    vae = _tiny_decoder().cuda()
+    z = torch.randn(1, 128, 3, 3, 4, generator=torch.Generator().manual_seed(5)).cuda()
+
+    def decode() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        mode = CaptureConvInputs()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), mode:
+            out = vae.decoder(z)
+        return out, mode.conv_inputs
+
+    off, conv_off = decode()
+    fast.install(lambda device: True)
+    on, conv_on = decode()
+    fast.uninstall()
+    assert candidate_modules["fast_path"].FALLBACKS == {}
+    assert torch.equal(conv_off[0], conv_on[0])  # conv_in: the fp32 latent's pads and cast
+    same_input = True
+    for a, b in zip(conv_off, conv_on, strict=True):
+        if same_input:
+            assert int(ulps(a, b).max()) <= 1
+            same_input = torch.equal(a, b)
+    ok, text = model_agreement(off, on, _fp32_decode(vae, z))
+    assert ok, text
 
 
 @needs_interpreter
