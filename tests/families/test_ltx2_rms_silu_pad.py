@@ -322,6 +322,31 @@ def test_the_candidate_passes_the_tiny_rows_in_the_interpreter(exports, task, ro
     assert all(r.ok for r in results), "\n".join(r.describe() for r in results)
 
 
+def _smallest_production_rows(per_fn: int = 2) -> list[Any]:
+    rows = [w for w in load_task(TASK_DIR).workloads if w.kind == "production"]
+    out = []
+    for fn in ("ltx2_rms_silu_pad", "ltx2_pad_cast"):
+        mine = sorted((w for w in rows if w.fn == fn), key=lambda w: w.args["x"].numel)
+        bf16 = [w for w in mine if w.args["x"].dtype == "bfloat16"][:per_fn]
+        out += bf16 + [w for w in mine if w.args["x"].dtype == "float32"][:1]  # conv_in's fp32 latent tile
+        out += [w for w in mine if w.name.endswith("_ncdhw")][:1]  # after an upsampler: strided channels
+    return out
+
+
+SMALL_PRODUCTION = _smallest_production_rows()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("row", SMALL_PRODUCTION, ids=[w.name for w in SMALL_PRODUCTION])
+def test_the_candidate_on_the_smallest_production_rows_as_captured(exports, row) -> None:
+    """Production rows in their captured dtype (bf16, the fp32 latent tiles) and strides, in the interpreter:
+    the kernel never does bf16 arithmetic, so bf16 rows run on CPU too (the check passes them by the oracle's
+    tolerance, and ltx2_pad_cast bit for bit with SGLang)."""
+    results = check_row(load_task(TASK_DIR), row, contract(FAMILY, row.fn),
+                        {"baseline": BASELINES[row.fn], "candidate": exports[row.fn]}, seed=0, device="cpu")
+    assert all(r.ok for r in results), "\n".join(r.describe() for r in results)
+
+
 @needs_interpreter
 @pytest.mark.parametrize("layout", ["cl", "ncdhw"])
 @pytest.mark.parametrize("shape,pad", [((1, 64, 3, 5, 7), CAUSAL), ((2, 24, 2, 2, 3), PAD),
