@@ -16,7 +16,10 @@ import importlib
 import inspect
 import json
 import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,6 +292,18 @@ def test_production_rows_are_the_capture() -> None:
         assert f"{cap['calls']} calls per tiled decode" in w.note
     assert sum(c["calls"] for c in lines) == 180
     assert {c["args"][0]["dtype"] for c in lines if c["modules"] == ["conv_in"]} == {"float32"}
+
+
+def test_capture_script_reproduces_the_committed_capture_and_rows(tmp_path: Path) -> None:
+    out, rows = tmp_path / "cap.jsonl", tmp_path / "rows.toml"
+    dist = ("RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in dist}
+    cmd = [sys.executable, str(TASK_DIR / "dev/capture_conv_inputs.py"), "--out", str(out), "--toml", str(rows)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert out.read_text() == (TASK_DIR / "dev/captured_conv_inputs.jsonl").read_text()
+    assert rows.read_text().strip() in (TASK_DIR / "task.toml").read_text()  # the production rows, verbatim
+    assert "180 conv inputs per decode, 28.49 GB moved" in proc.stdout
 
 
 # ---------------------------------------------------------------------------------------------- the candidate
