@@ -298,7 +298,8 @@ def test_capture_script_reproduces_the_committed_capture_and_rows(tmp_path: Path
     out, rows = tmp_path / "cap.jsonl", tmp_path / "rows.toml"
     dist = ("RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK")
     env = {k: v for k, v in os.environ.items() if k not in dist}
-    cmd = [sys.executable, str(TASK_DIR / "dev/capture_conv_inputs.py"), "--out", str(out), "--toml", str(rows)]
+    script = TASK_DIR / "dev/capture_conv_inputs.py"
+    cmd = [sys.executable, str(script), "--out", str(out), "--toml", str(rows)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert out.read_text() == (TASK_DIR / "dev/captured_conv_inputs.jsonl").read_text()
