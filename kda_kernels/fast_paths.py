@@ -177,6 +177,9 @@ def status() -> dict[str, dict[str, Any]]:
             "pending_import": fp.name in _PENDING,  # patched when SGLang imports fp.sglang
             "call_sites_rebound": 0, "call_sites": [], "rebound": patched, "kernel_registry": None,
             "problems": list(_PROBLEMS.get(fp.name, ())), "unavailable": None, "builds": {},
+            # what the impl serves and, since install, why calls ran SGLang's own forwards (impls that say)
+            "contract": getattr(impl, "contract", None),
+            "fallbacks": impl.fallbacks() if callable(getattr(impl, "fallbacks", None)) else None,
         }
     return out
 

@@ -116,6 +116,9 @@ class FastPath:
 FAST_PATHS: tuple[FastPath, ...] = (
     FastPath("hunyuanvideo_vae_decoder", "replicate_pad3d", "sglang.multimodal_gen.runtime.models.vaes.hunyuanvae",
              ("replicate_pad3d", "replicate_pad3d_channels_last")),
+    # lossless: its RMSNorm sums channels in another order than torch's reduce kernel (the family module)
+    FastPath("ltx2_vae_decoder", "ltx2_rms_silu_pad", "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae",
+             ("ltx2_rms_silu_pad", "ltx2_pad_cast")),
 )
 FAST_PATH_FAMILIES: dict[str, FastPath] = {fp.family: fp for fp in FAST_PATHS}
 

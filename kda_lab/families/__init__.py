@@ -23,7 +23,7 @@ DIFFUSION_FAMILIES: tuple[str, ...] = tuple(_SWAP_FAMILIES)
 REFERENCE_FAMILIES: tuple[str, ...] = ("int8_scaled_mm", "mha")
 # Model-level families: code inside an SGLang model class that SGLang has no function (and no facade entry)
 # for; the family module's BASELINES name the lab's verbatim copy of that code.
-MODEL_FAMILIES: tuple[str, ...] = ("replicate_pad3d",)
+MODEL_FAMILIES: tuple[str, ...] = ("replicate_pad3d", "ltx2_rms_silu_pad")
 FAMILIES: tuple[str, ...] = DIFFUSION_FAMILIES + REFERENCE_FAMILIES + MODEL_FAMILIES
 
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
@@ -31,6 +31,7 @@ FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "int8_scaled_mm": ("int8_scaled_mm",),
     "mha": ("mha_forward",),
     "replicate_pad3d": ("replicate_pad3d", "replicate_pad3d_channels_last"),
+    "ltx2_rms_silu_pad": ("ltx2_rms_silu_pad", "ltx2_pad_cast"),
 }
 
 

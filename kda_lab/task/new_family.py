@@ -311,14 +311,20 @@ def new_family(name: str, sglang: list[str] | None = None, fast_path: str | None
             m.group(1), ", ".join([*names, f"{q}{name}{q}"]) + ("," if not names else ""))))
         stamped.modified.append("kda_lab/families/__init__.py")
         _edit(root, "kda_lab/families/__init__.py", FAMILY_FUNCTIONS_END,
-              f"\n    {q}{name}{q}: ({', '.join(f'{q}{fn}{q}' for fn in kernels)},),", stamped)
+              f"\n    {q}{name}{q}: {_tuple_text(kernels, q)},", stamped)
         fp_name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls).lower()
         _edit(root, "kda_kernels/registry.py", FAST_PATHS_END,
               f"\n    FastPath({q}{fp_name}{q}, {q}{name}{q}, {q}{module}{q},\n"
-              f"             ({', '.join(f'{q}{fn}{q}' for fn in kernels)},)),", stamped)
+              f"             {_tuple_text(kernels, q)}),", stamped)
     _family_init(root, name, stamped)
     _create(root, f"tests/families/test_{name}.py", test_file_text(name), stamped)
     return stamped
+
+
+def _tuple_text(items: list[str] | tuple[str, ...], q: str) -> str:
+    """A tuple literal of quoted names, with the trailing comma only where one element needs it."""
+    inner = ", ".join(f"{q}{x}{q}" for x in items)
+    return f"({inner},)" if len(items) == 1 else f"({inner})"
 
 
 def cmd_new_family(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Exported copies of promoted task sources, one folder per arch (written by `kda export`)."""
