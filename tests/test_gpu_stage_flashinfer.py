@@ -177,6 +177,26 @@ def test_the_whole_wheel_is_one_part_but_a_data_folder_is_refused() -> None:
         chunks_mod.assign_members([*names, "x-1.data/scripts/x"], "flashinfer", None)
 
 
+@pytest.mark.parametrize("level", ["0", "9"])
+def test_the_xz_preset_sets_the_archive_and_a_bad_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 level: str) -> None:
+    """KDA_STAGE_XZ_PRESET (the real-wheel test packs at 0): any preset gives the same members back; a value
+    that is not 0..9 stops the pack with a usage error before anything is written."""
+    chunks_mod = load(HELPER, "wheel_chunks")
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "a.txt").write_text("x" * 100000)
+    monkeypatch.setenv("KDA_STAGE_XZ_PRESET", level)
+    archive = tmp_path / f"a{level}.tar.xz"
+    chunks_mod.write_archive(tree, archive)
+    with tarfile.open(archive, mode="r:xz") as tar:
+        assert tar.extractfile("pkg/a.txt").read() == b"x" * 100000
+    monkeypatch.setenv("KDA_STAGE_XZ_PRESET", "fast")
+    with pytest.raises(chunks_mod.StageError, match="an xz preset is 0..9"):
+        chunks_mod.write_archive(tree, tmp_path / "bad.tar.xz")
+    assert not (tmp_path / "bad.tar.xz").exists()
+
+
 # ------------------------------------------------------------------------------------------------ staging
 
 def test_help_and_bad_settings(tmp_path: Path) -> None:
@@ -432,12 +452,13 @@ def test_the_real_wheel_stages_and_imports_on_this_machine(tmp_path: Path) -> No
         pytest.skip(f"needs the package index for {reqs}: {got.stderr.strip()[-300:]}")
     (wheel,) = wheels.glob(f"flashinfer_python-{VERSION}-*.whl")
     repo = checkout(tmp_path)
-    env = clean_env(tmp_path, KDA_STAGE_WHEELS=str(wheels), KDA_STAGE_PYTHON=py)
+    # xz -0: the archive is larger (still one folder under the limit) and takes seconds, not a minute, to pack
+    env = clean_env(tmp_path, KDA_STAGE_WHEELS=str(wheels), KDA_STAGE_PYTHON=py, KDA_STAGE_XZ_PRESET="0")
     r = subprocess.run(["bash", "scripts/gpu_stage_flashinfer.sh"], env=env, cwd=repo, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     names = folders(repo)
-    assert names == [".gpu-stage-e1"]  # about 17 MB: one upload
+    assert names == [".gpu-stage-e1"]  # one upload: about 17 MB at the default preset, 37 MB at xz -0
     folder_bytes = sum(p.stat().st_size for p in (repo / names[0]).rglob("*") if p.is_file())
     assert folder_bytes <= 48 * 1024 * 1024
     archive, manifest = joined_archive(repo, names)

@@ -32,6 +32,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -166,13 +167,16 @@ def write_archive(tree: Path, archive: Path) -> None:
         for path in sorted(tree.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(tree)), recursive=False, filter=neutral)
 
+    level = os.environ.get("KDA_STAGE_XZ_PRESET", "6")  # 0 trades size for time (the staging tests)
+    if level not in {str(n) for n in range(10)}:
+        raise StageError(f"KDA_STAGE_XZ_PRESET={level!r}: an xz preset is 0..9", EXIT_USAGE)
     xz = shutil.which("xz")
     if not xz:
-        with tarfile.open(archive, mode="w:xz", format=tarfile.PAX_FORMAT, preset=6) as tar:
+        with tarfile.open(archive, mode="w:xz", format=tarfile.PAX_FORMAT, preset=int(level)) as tar:
             add_all(tar)
         return
     with archive.open("wb") as out:
-        proc = subprocess.Popen([xz, "-T0", "-6", "-c"], stdin=subprocess.PIPE, stdout=out)
+        proc = subprocess.Popen([xz, "-T0", f"-{level}", "-c"], stdin=subprocess.PIPE, stdout=out)
         assert proc.stdin is not None
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             add_all(tar)
