@@ -17,33 +17,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kda_lab.evidence import ARCH_CAPABILITY, evidence_arch
+from kda_lab.e2e.latest import by_request_stage, by_row_tier_gpu, gpu_label, latest_rows
 from kda_lab.ledger import e2e as e2e_ledger
-from kda_lab.ledger.e2e import is_aa, kda_calls
+from kda_lab.ledger.e2e import kda_calls
 
 PLOT = Path("docs/plots/e2e/speedup.png")
 
 
-def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
-    """(latest GPU module measurement per (row, tier) in ledger order, the legacy rows first; number of CPU rows)."""
+def latest_gpu_rows(root: Path, aa: bool = False) -> tuple[list[dict[str, str]], int]:
+    """(latest GPU module measurement per (row, tier, GPU model) in ledger order, the legacy rows first; number of
+    CPU rows); ``aa``: the A/A runs instead."""
     rows = [*e2e_ledger.read_legacy(root), *e2e_ledger.read(root)]
-    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    latest: dict[tuple[str, str], dict[str, str]] = {}
-    cpu = 0
-    for r in rows:
-        if r["run_id"] in superseded or r.get("stage", "module") != "module" or is_aa(r):
-            continue
-        if r["gpu_name"] in ("", "cpu"):
-            cpu += 1
-            continue
-        latest[(r["row"], r["quality"])] = r
+    latest, cpu = latest_rows(rows, by_row_tier_gpu, stages=("module",), aa=aa)
     return list(latest.values()), cpu
-
-
-def gpu_label(r: dict[str, str]) -> tuple[str, bool]:
-    """(the arch a row's GPU identifies, whether that GPU makes evidence for a lab arch: an H200 or a B200)."""
-    arch = evidence_arch(r["gpu_name"], r.get("gpu_cc") or None)
-    return arch, arch in ARCH_CAPABILITY
 
 
 def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
@@ -52,17 +38,13 @@ def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[s
     whose stages ran in separate calls (``--stage``) is put together; ``aa``: the A/A runs instead."""
     from kda_lab.e2e.request import summarize
 
-    rows = e2e_ledger.read(root)
-    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    runs: dict[tuple[str, str, str], dict[str, dict[str, str]]] = {}
-    for r in rows:
-        if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu") or is_aa(r) != aa:
-            continue
-        stages = runs.setdefault((r["request"], r["quality"], gpu_label(r)[0]), {})
-        if r["status"] == "ok" or stages.get(r["stage"], {}).get("status") != "ok":
-            stages[r["stage"]] = r
-    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(next(iter(kv[1].values())))[1])
-    return [(req, q, summarize(list(stages.values())), list(stages.values())) for (req, q, _), stages in ordered]
+    latest, _ = latest_rows(e2e_ledger.read(root), by_request_stage, stages=("denoise_step", "decode"), aa=aa,
+                            failed="after_ok")
+    runs: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for (req, q, arch, _), r in latest.items():
+        runs.setdefault((req, q, arch), []).append(r)
+    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(kv[1][0])[1])
+    return [(req, q, summarize(stages), stages) for (req, q, _), stages in ordered]
 
 
 def family_share(r: dict[str, str]) -> dict[str, float]:
