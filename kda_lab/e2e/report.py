@@ -6,9 +6,10 @@ counted, not shown):
 - whole requests (``kda e2e --request``) at their tier: per stage off/on, the request speedup, each stage's
   share, and a stacked-bar plot per model (the headline numbers);
 - which promoted families a request at each tier actually ran (coverage);
-- module rows per tier, and the frozen pre-tier rows (e2e/benchmark.csv) marked ``exact (legacy)``: overlay off/on
-  device time, speedup, eager speedup, agreement, and the share of device time in the swap-target families'
-  kernels (what the overlay can touch: Amdahl).
+- module rows per tier and GPU model, and the frozen pre-tier rows (e2e/benchmark.csv) marked ``exact (legacy)``:
+  overlay off/on device time, speedup, the latest A/A ratio of the same row, tier and GPU, eager speedup,
+  agreement, and the share of device time in the swap-target families' kernels (what the overlay can touch:
+  Amdahl).
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def _speedup_cell(speedup: float, row: dict[str, str] | None) -> str:
 def _aa_cell(s: dict[str, Any] | None) -> str:
     """The latest A/A run of the same request, tier and GPU model: its off/off ratio, the noise to clear."""
     return f"{s['speedup']:.3f}×" if s else "not run"
+
+
+def _module_aa_cell(r: dict[str, str] | None) -> str:
+    """The latest A/A run of a module row at its tier on its GPU model: its off/off ratio, "–" where none ran."""
+    num = _num(r["speedup"], ".3f") if r else "–"
+    return "–" if num == "–" else f"{num}×"
 
 
 def _request_section(root: Path) -> list[str]:
@@ -155,24 +162,31 @@ def section(root: Path) -> str:
            "SGLang 0.5.23's model classes (DiT stacks, VAE decoders, the LTX-2 latent upsampler) with seeded random "
            "weights at production sizes, overlay off vs on, interleaved ([docs/e2e.md](e2e.md)). Speedup = off "
            "median / on median of device time; swap-target share = share of the off run's device time in kernels "
-           "of the families the overlay can replace.", ""]
+           "of the families the overlay can replace. Per row, tier and GPU model (only an H200's or a B200's rows "
+           "are evidence); A/A = the latest run of the same row, tier and GPU with the overlay off in both arms "
+           "(`kda e2e --aa`), the noise a speedup must clear, – where none ran.", ""]
     if not rows:
         out += ["**No GPU measurements in e2e/rows.csv yet**: run `kda e2e` on an H200 (docs/e2e.md)."]
         if cpu:
             out.append(f"{cpu} rows measured on a CPU (tiny configurations) are not shown.")
         return "\n".join(out) + "\n"
-    out += ["| row | model | tier | cites | DiT blocks | off ms | on ms | speedup | eager | agree | swap-target share "
-            "| GEMM | attention | conv | run |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
+    out += ["| row | model | tier | GPU | cites | DiT blocks | off ms | on ms | speedup | A/A | eager | agree "
+            "| swap-target share | GEMM | attention | conv | run |",
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
+    aa = {by_row_tier_gpu(r): r for r in latest_gpu_rows(root, aa=True)[0]}
     for r in rows:
+        arch, evidence = gpu_label(r)
+        gpu = arch if evidence else f"{arch} (not evidence)"
+        a = aa.get(by_row_tier_gpu(r))
         fam = family_share(r)
         sh = json.loads(r["shares_off"]) if r.get("shares_off") else {}
         fam_text = ", ".join(f"{k} {v:.1%}" for k, v in sorted(fam.items(), key=lambda kv: -kv[1])) or "0"
         agree = {"1": "yes", "0": "**no**"}.get(r["agree"], "–")
         cites = r["cites"].split(":")[-1] or "–"
-        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | `{cites}` | {r['blocks'] or '–'} | "
+        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | {gpu} | `{cites}` | {r['blocks'] or '–'} | "
                    f"{_num(r['off_device_ms'], '.2f')} | {_num(r['on_device_ms'], '.2f')} | "
-                   f"{_num(r['speedup'], '.3f')}× | {_num(r['eager_speedup'], '.3f')}× | {agree} | {fam_text} | "
+                   f"{_num(r['speedup'], '.3f')}× | {_module_aa_cell(a)} | {_num(r['eager_speedup'], '.3f')}× | "
+                   f"{agree} | {fam_text} | "
                    f"{sh.get('gemm', 0):.0%} | {sh.get('attention', 0):.0%} | {sh.get('conv', 0):.0%} | "
                    f"`{r['run_id']}` {r['status']} |")
     out += ["", f"![speedup per model with the swap-target kernel share]({PLOT.relative_to('docs').as_posix()})"]
@@ -228,7 +242,8 @@ def draw(root: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [f"{r['row']} ({r['quality']})" for r in rows]
+    # the GPU is named only off the evidence GPUs, where two bars of one row and tier would otherwise look alike
+    names = [f"{r['row']} ({r['quality']}{'' if gpu_label(r)[1] else ', ' + gpu_label(r)[0]})" for r in rows]
     speed = [float(r["speedup"]) for r in rows]
     share = [sum(family_share(r).values()) * 100 for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 2), 4.2))
