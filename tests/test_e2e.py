@@ -715,3 +715,23 @@ def test_module_rows_show_the_latest_aa_run_of_their_row_tier_and_gpu(tmp_path: 
     append_csv(ledger.path(root), ledger.E2E_COLUMNS, [bad], name="e2e/rows.csv")
     assert any("second arm ran KDA code" in x for x in ledger.validate(root))
     assert [x[10] for x in _module_lines(root, name)] == ["1.004×"]
+
+
+def test_one_picker_weighs_a_failed_run_as_each_caller_asks() -> None:
+    """kda_lab.e2e.latest.latest_rows: the module table shows a later failed run (the row fails now), coverage
+    skips it, a request's stage keeps its ok row against a failed retry; superseded runs and CPU rows (counted)
+    are never picked."""
+    from kda_lab.e2e.latest import by_row_tier_gpu, latest_rows
+
+    def row(run: str, status: str, **kw: str) -> dict[str, str]:
+        return {"run_id": run, "row": "r", "quality": "lossless", "stage": "module", "status": status,
+                "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "timing": "", "supersedes": "", **kw}
+
+    rows = [row("a", "ok"), row("b", "failed"), row("c", "ok", gpu_name="cpu"), row("d", "ok"),
+            row("e", "ok", supersedes="d")]
+    runs = {f: [r["run_id"] for r in latest_rows(rows[:2], by_row_tier_gpu, failed=f)[0].values()]
+            for f in ("latest", "skip", "after_ok")}
+    assert runs == {"latest": ["b"], "skip": ["a"], "after_ok": ["a"]}
+    latest, cpu = latest_rows(rows, by_row_tier_gpu, failed="latest")
+    assert [r["run_id"] for r in latest.values()] == ["e"] and cpu == 1
+    assert latest_rows(rows, by_row_tier_gpu, stages=("decode",)) == ({}, 0)
