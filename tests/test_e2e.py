@@ -665,3 +665,73 @@ def test_conv_flops_count_every_convolution_call() -> None:
         torch.nn.functional.conv3d(torch.randn(1, 4, 5, 6, 6), w)
         up(torch.randn(1, 4, 2, 3, 3))
     assert c.calls == 2 and c.flops == 2 * (8 * 3 * 4 * 4) * 4 * 27 + 2 * (4 * 2 * 3 * 3) * 6 * 8
+
+
+def _module_lines(root: Path, row: str) -> list[list[str]]:
+    from kda_lab.e2e import report as e2e_report
+
+    return [[c.strip() for c in ln.split("|")] for ln in e2e_report.section(root).splitlines()
+            if ln.startswith(f"| `{row}` |")]
+
+
+def test_a_later_h100_module_row_is_shown_beside_the_h200_one_never_instead(tmp_path: Path) -> None:
+    """The module table used to pick the latest row per (row, tier) whatever the GPU, so an H100 run hid the
+    H200 evidence and showed unlabelled; the request table (and now the one picker) keep GPU models apart.
+    Coverage still reads one latest row per (row, tier, stage), so the calls are not summed twice."""
+    from kda_lab.e2e.coverage import served
+    from kda_lab.ledger import e2e as ledger
+
+    calls = json.dumps({"group_norm_silu": {"kda": 4, "sglang": 0}})
+    ledger.append(tmp_path, [{**_gpu_row("h2", "hunyuanvideo_vae_decode", 1.2, {}), "coverage_on": calls,
+                              "gpu_cc": "9.0"}])
+    ledger.append(tmp_path, [{**_gpu_row("h1", "hunyuanvideo_vae_decode", 0.9, {}), "coverage_on": calls,
+                              "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_cc": "9.0", "arch": "h100"}])
+    lines = _module_lines(tmp_path, "hunyuanvideo_vae_decode")
+    assert [(x[4], x[9]) for x in lines] == [("h200", "1.200×"), ("h100 (not evidence)", "0.900×")]
+    assert served(tmp_path, stage="module")["lossless"]["group_norm_silu"] == {"kda": 4, "sglang": 0, "rows": 1}
+
+
+def test_module_rows_show_the_latest_aa_run_of_their_row_tier_and_gpu(tmp_path: Path) -> None:
+    """The A/A column: "–" until an A/A run of the same row, tier and GPU exists, then its ratio; an A/A run is
+    never a row of its own; another tier's or an H100's A/A is not shown beside an H200 row; an A/A row whose
+    second arm ran KDA code (the ledger refuses it; written here past that check) is not shown as an A/A."""
+    from kda_lab.ledger import e2e as ledger
+    from kda_lab.ledger.store import append_csv
+
+    root, name = tmp_path, "hunyuanvideo_vae_decode"
+    ledger.append(root, [{**_gpu_row("m1", name, 1.05, {}), "gpu_cc": "9.0"}])
+    assert [x[10] for x in _module_lines(root, name)] == ["–"]
+    aa = {"gpu_cc": "9.0", "timing": "cuda-events (eager) A/A",
+          "coverage_on": json.dumps({"group_norm_silu": {"kda": 0, "sglang": 4}})}
+    ledger.append(root, [{**_gpu_row("a1", name, 1.004, {}), **aa}])
+    assert [x[10] for x in _module_lines(root, name)] == ["1.004×"]
+    ledger.append(root, [{**_gpu_row("a2", name, 1.3, {}), **aa, "quality": "exact"},
+                         {**_gpu_row("a3", name, 1.2, {}), **aa, "gpu_name": "NVIDIA H100 80GB HBM3",
+                          "gpu_cc": "9.0", "arch": "h100"}])
+    assert [x[10] for x in _module_lines(root, name)] == ["1.004×"]
+    bad = {**_gpu_row("a4", name, 1.1, {}), **aa, "coverage_on": json.dumps({"group_norm_silu": {"kda": 4}})}
+    with pytest.raises(ledger.LedgerError, match="A/A row's second arm ran KDA code"):
+        ledger.append(root, [bad])
+    append_csv(ledger.path(root), ledger.E2E_COLUMNS, [bad], name="e2e/rows.csv")
+    assert any("second arm ran KDA code" in x for x in ledger.validate(root))
+    assert [x[10] for x in _module_lines(root, name)] == ["1.004×"]
+
+
+def test_one_picker_weighs_a_failed_run_as_each_caller_asks() -> None:
+    """kda_lab.e2e.latest.latest_rows: the module table shows a later failed run (the row fails now), coverage
+    skips it, a request's stage keeps its ok row against a failed retry; superseded runs and CPU rows (counted)
+    are never picked."""
+    from kda_lab.e2e.latest import by_row_tier_gpu, latest_rows
+
+    def row(run: str, status: str, **kw: str) -> dict[str, str]:
+        return {"run_id": run, "row": "r", "quality": "lossless", "stage": "module", "status": status,
+                "gpu_name": "NVIDIA H200", "gpu_cc": "9.0", "timing": "", "supersedes": "", **kw}
+
+    rows = [row("a", "ok"), row("b", "failed"), row("c", "ok", gpu_name="cpu"), row("d", "ok"),
+            row("e", "ok", supersedes="d")]
+    runs = {f: [r["run_id"] for r in latest_rows(rows[:2], by_row_tier_gpu, failed=f)[0].values()]
+            for f in ("latest", "skip", "after_ok")}
+    assert runs == {"latest": ["b"], "skip": ["a"], "after_ok": ["a"]}
+    latest, cpu = latest_rows(rows, by_row_tier_gpu, failed="latest")
+    assert [r["run_id"] for r in latest.values()] == ["e"] and cpu == 1
+    assert latest_rows(rows, by_row_tier_gpu, stages=("decode",)) == ({}, 0)

@@ -12,22 +12,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kda_lab.e2e.latest import latest_rows
 from kda_lab.ledger import e2e as e2e_ledger
-from kda_lab.ledger.e2e import is_aa
 
 DEFAULT_TIER = "lossless"
 
 
+def _by_row_tier_stage(r: dict[str, str]) -> tuple[str, ...]:
+    return r["row"], r["quality"], r["stage"]
+
+
 def latest_gpu_rows(root: Path) -> list[dict[str, str]]:
-    """The latest GPU measurement per (row, quality, stage), superseded runs left out."""
-    rows = e2e_ledger.read(root)
-    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    latest: dict[tuple[str, str, str], dict[str, str]] = {}
-    for r in rows:
-        if r["run_id"] in superseded or r["gpu_name"] in ("", "cpu") or r["status"] == "failed" or is_aa(r):
-            continue  # an A/A row ran no KDA code by construction: it says nothing of the path
-        latest[(r["row"], r["quality"], r["stage"])] = r
-    return list(latest.values())
+    """The latest GPU measurement per (row, quality, stage), superseded runs left out. Not per GPU model:
+    which code a request's call sites reach does not hang on it, and a row counted once per GPU would be
+    summed twice in :func:`served`. Failed runs are skipped (no coverage); A/A rows ran no KDA code by
+    construction: they say nothing of the path."""
+    return list(latest_rows(e2e_ledger.read(root), _by_row_tier_stage, failed="skip")[0].values())
 
 
 def served(root: Path, stage: str | None = None) -> dict[str, dict[str, dict[str, int]]]:

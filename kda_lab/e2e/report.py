@@ -6,9 +6,10 @@ counted, not shown):
 - whole requests (``kda e2e --request``) at their tier: per stage off/on, the request speedup, each stage's
   share, and a stacked-bar plot per model (the headline numbers);
 - which promoted families a request at each tier actually ran (coverage);
-- module rows per tier, and the frozen pre-tier rows (e2e/benchmark.csv) marked ``exact (legacy)``: overlay off/on
-  device time, speedup, eager speedup, agreement, and the share of device time in the swap-target families'
-  kernels (what the overlay can touch: Amdahl).
+- module rows per tier and GPU model, and the frozen pre-tier rows (e2e/benchmark.csv) marked ``exact (legacy)``:
+  overlay off/on device time, speedup, the latest A/A ratio of the same row, tier and GPU, eager speedup,
+  agreement, and the share of device time in the swap-target families' kernels (what the overlay can touch:
+  Amdahl).
 """
 
 from __future__ import annotations
@@ -17,33 +18,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kda_lab.evidence import ARCH_CAPABILITY, evidence_arch
+from kda_lab.e2e.latest import by_request_stage, by_row_tier_gpu, gpu_label, latest_rows
 from kda_lab.ledger import e2e as e2e_ledger
-from kda_lab.ledger.e2e import is_aa, kda_calls
+from kda_lab.ledger.e2e import kda_calls
 
 PLOT = Path("docs/plots/e2e/speedup.png")
 
 
-def latest_gpu_rows(root: Path) -> tuple[list[dict[str, str]], int]:
-    """(latest GPU module measurement per (row, tier) in ledger order, the legacy rows first; number of CPU rows)."""
+def latest_gpu_rows(root: Path, aa: bool = False) -> tuple[list[dict[str, str]], int]:
+    """(latest GPU module measurement per (row, tier, GPU model) in ledger order, the legacy rows first; number of
+    CPU rows); ``aa``: the A/A runs instead."""
     rows = [*e2e_ledger.read_legacy(root), *e2e_ledger.read(root)]
-    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    latest: dict[tuple[str, str], dict[str, str]] = {}
-    cpu = 0
-    for r in rows:
-        if r["run_id"] in superseded or r.get("stage", "module") != "module" or is_aa(r):
-            continue
-        if r["gpu_name"] in ("", "cpu"):
-            cpu += 1
-            continue
-        latest[(r["row"], r["quality"])] = r
+    latest, cpu = latest_rows(rows, by_row_tier_gpu, stages=("module",), aa=aa)
     return list(latest.values()), cpu
-
-
-def gpu_label(r: dict[str, str]) -> tuple[str, bool]:
-    """(the arch a row's GPU identifies, whether that GPU makes evidence for a lab arch: an H200 or a B200)."""
-    arch = evidence_arch(r["gpu_name"], r.get("gpu_cc") or None)
-    return arch, arch in ARCH_CAPABILITY
 
 
 def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[str, Any], list[dict[str, str]]]]:
@@ -52,17 +39,13 @@ def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[s
     whose stages ran in separate calls (``--stage``) is put together; ``aa``: the A/A runs instead."""
     from kda_lab.e2e.request import summarize
 
-    rows = e2e_ledger.read(root)
-    superseded = {r["supersedes"] for r in rows if r.get("supersedes")}
-    runs: dict[tuple[str, str, str], dict[str, dict[str, str]]] = {}
-    for r in rows:
-        if r["run_id"] in superseded or r["stage"] == "module" or r["gpu_name"] in ("", "cpu") or is_aa(r) != aa:
-            continue
-        stages = runs.setdefault((r["request"], r["quality"], gpu_label(r)[0]), {})
-        if r["status"] == "ok" or stages.get(r["stage"], {}).get("status") != "ok":
-            stages[r["stage"]] = r
-    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(next(iter(kv[1].values())))[1])
-    return [(req, q, summarize(list(stages.values())), list(stages.values())) for (req, q, _), stages in ordered]
+    latest, _ = latest_rows(e2e_ledger.read(root), by_request_stage, stages=("denoise_step", "decode"), aa=aa,
+                            failed="after_ok")
+    runs: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for (req, q, arch, _), r in latest.items():
+        runs.setdefault((req, q, arch), []).append(r)
+    ordered = sorted(runs.items(), key=lambda kv: not gpu_label(kv[1][0])[1])
+    return [(req, q, summarize(stages), stages) for (req, q, _), stages in ordered]
 
 
 def family_share(r: dict[str, str]) -> dict[str, float]:
@@ -87,6 +70,12 @@ def _speedup_cell(speedup: float, row: dict[str, str] | None) -> str:
 def _aa_cell(s: dict[str, Any] | None) -> str:
     """The latest A/A run of the same request, tier and GPU model: its off/off ratio, the noise to clear."""
     return f"{s['speedup']:.3f}×" if s else "not run"
+
+
+def _module_aa_cell(r: dict[str, str] | None) -> str:
+    """The latest A/A run of a module row at its tier on its GPU model: its off/off ratio, "–" where none ran."""
+    num = _num(r["speedup"], ".3f") if r else "–"
+    return "–" if num == "–" else f"{num}×"
 
 
 def _request_section(root: Path) -> list[str]:
@@ -173,24 +162,31 @@ def section(root: Path) -> str:
            "SGLang 0.5.23's model classes (DiT stacks, VAE decoders, the LTX-2 latent upsampler) with seeded random "
            "weights at production sizes, overlay off vs on, interleaved ([docs/e2e.md](e2e.md)). Speedup = off "
            "median / on median of device time; swap-target share = share of the off run's device time in kernels "
-           "of the families the overlay can replace.", ""]
+           "of the families the overlay can replace. Per row, tier and GPU model (only an H200's or a B200's rows "
+           "are evidence); A/A = the latest run of the same row, tier and GPU with the overlay off in both arms "
+           "(`kda e2e --aa`), the noise a speedup must clear, – where none ran.", ""]
     if not rows:
         out += ["**No GPU measurements in e2e/rows.csv yet**: run `kda e2e` on an H200 (docs/e2e.md)."]
         if cpu:
             out.append(f"{cpu} rows measured on a CPU (tiny configurations) are not shown.")
         return "\n".join(out) + "\n"
-    out += ["| row | model | tier | cites | DiT blocks | off ms | on ms | speedup | eager | agree | swap-target share "
-            "| GEMM | attention | conv | run |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
+    out += ["| row | model | tier | GPU | cites | DiT blocks | off ms | on ms | speedup | A/A | eager | agree "
+            "| swap-target share | GEMM | attention | conv | run |",
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
+    aa = {by_row_tier_gpu(r): r for r in latest_gpu_rows(root, aa=True)[0]}
     for r in rows:
+        arch, evidence = gpu_label(r)
+        gpu = arch if evidence else f"{arch} (not evidence)"
+        a = aa.get(by_row_tier_gpu(r))
         fam = family_share(r)
         sh = json.loads(r["shares_off"]) if r.get("shares_off") else {}
         fam_text = ", ".join(f"{k} {v:.1%}" for k, v in sorted(fam.items(), key=lambda kv: -kv[1])) or "0"
         agree = {"1": "yes", "0": "**no**"}.get(r["agree"], "–")
         cites = r["cites"].split(":")[-1] or "–"
-        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | `{cites}` | {r['blocks'] or '–'} | "
+        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | {gpu} | `{cites}` | {r['blocks'] or '–'} | "
                    f"{_num(r['off_device_ms'], '.2f')} | {_num(r['on_device_ms'], '.2f')} | "
-                   f"{_num(r['speedup'], '.3f')}× | {_num(r['eager_speedup'], '.3f')}× | {agree} | {fam_text} | "
+                   f"{_num(r['speedup'], '.3f')}× | {_module_aa_cell(a)} | {_num(r['eager_speedup'], '.3f')}× | "
+                   f"{agree} | {fam_text} | "
                    f"{sh.get('gemm', 0):.0%} | {sh.get('attention', 0):.0%} | {sh.get('conv', 0):.0%} | "
                    f"`{r['run_id']}` {r['status']} |")
     out += ["", f"![speedup per model with the swap-target kernel share]({PLOT.relative_to('docs').as_posix()})"]
@@ -246,7 +242,8 @@ def draw(root: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [f"{r['row']} ({r['quality']})" for r in rows]
+    # the GPU is named only off the evidence GPUs, where two bars of one row and tier would otherwise look alike
+    names = [f"{r['row']} ({r['quality']}{'' if gpu_label(r)[1] else ', ' + gpu_label(r)[0]})" for r in rows]
     speed = [float(r["speedup"]) for r in rows]
     share = [sum(family_share(r).values()) * 100 for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 2), 4.2))

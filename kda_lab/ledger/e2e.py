@@ -98,6 +98,11 @@ def kda_calls(coverage: Any) -> int:
     return sum(int(c.get("kda", 0)) for c in calls.values()) if isinstance(calls, dict) else 0
 
 
+def aa_ran_kda(row: dict[str, Any]) -> bool:
+    """An A/A row whose second arm ran KDA code: not an A/A measurement (refused on append, never read as one)."""
+    return is_aa(row) and kda_calls(row.get("coverage_on")) > 0
+
+
 def _row_problem(row: dict[str, Any]) -> str:
     if row.get("status") not in STATUSES:
         return f"status {row.get('status')!r} not in {STATUSES}"
@@ -105,7 +110,7 @@ def _row_problem(row: dict[str, Any]) -> str:
         return f"quality {row.get('quality')!r} not in {QUALITIES}"
     if (row.get("stage") or "module") not in STAGES:
         return f"stage {row.get('stage')!r} not in {STAGES}"
-    if is_aa(row) and kda_calls(row.get("coverage_on")):
+    if aa_ran_kda(row):
         return "an A/A row's second arm ran KDA code: it is not an A/A measurement"
     return ""
 
