@@ -15,9 +15,11 @@ their modules are imported (never inside ``import sglang``):
   ``KDA_FUSION`` is appended to that table at tier ``lossless``: its ``mount`` opens the DiT scope, its
   ``unmount`` closes it. Like SGLang's own sites it starts unmounted (the stage starts at ``exact`` and
   only toggles when a request's tier differs).
-- **VAE decodes**: every decode runs inside ``models/vaes/fast_path_gate.py: use_vae_fast_path(vae,
-  quality_allows(quality, "lossless"))``. The gate table it reads is replaced by one whose gates also push
-  the decode's answer for the duration of the ``with`` block (SGLang's own gates are kept and still set).
+- **VAE decodes**: the decoding stage runs a decode inside ``models/vaes/fast_path_gate.py:
+  use_vae_fast_path(vae, quality_allows(quality, "lossless"))``. The gate table it reads is replaced by one
+  whose gates also push the decode's answer for the duration of the ``with`` block (SGLang's own gates are
+  kept and still set). LTX-2's decoding stage (``LTX2AVDecodingStage``) opens no gate: its decode runs at
+  the DiT scope's tier, which the same request's denoising stage set.
 - **Direct callers** (user code and the lab calling modules outside a pipeline): ``with
 quality("lossless"):``.
 
