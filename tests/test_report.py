@@ -513,7 +513,7 @@ def test_compile_faster_on_one_row_is_listed_and_the_family_is_not_won(tmp_path:
     assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
     assert f"**A peer beats the candidate c001 on 1 rows:** `{row}` (torch.compile 2.000× faster)." in lb
     cell = peers.vs_best_peer_cell(t)
-    assert cell.startswith(f"{f.geomean:.3f}×, worst 0.500×, not won; a peer faster on 1 rows"), cell
+    assert cell.startswith(f"{f.geomean:.3f}×, worst 0.500×, not won; a peer faster on 1 row"), cell
     assert "compile counted where its oracle verdict was recorded" in markdown.TABLE_LEGEND
     doc = peers.peers_doc([t])
     assert f"| {FSS} | fuse_scale_shift | c001 | run `r-c001` | {f.geomean:.3f}× |" in doc and "| not won |" in doc
@@ -544,7 +544,7 @@ def test_without_a_compile_verdict_the_old_best_peer_holds(tmp_path: Path) -> No
         if compile_peer == {row: (0.5, None)}:
             assert f.unchecked == [(row, pytest.approx(2.0, rel=1e-4), "run `r-c001`")]
             assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
-            assert "compile faster on 1 rows, unchecked" in peers.vs_best_peer_cell(t)
+            assert "compile faster on 1 row, unchecked" in peers.vs_best_peer_cell(t)
         else:
             assert f.unchecked == [] and "timed faster, but no oracle verdict" not in lb
 

@@ -74,6 +74,10 @@ def _won_text(f: FamilyVsPeers) -> str:
     return "won" if f.won else "not won"
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
 def vs_best_peer_cell(t: TaskReport) -> str:
     """Task-table cell: the headline candidate's time against the fastest correct peer per row, compile
     included (geomean, worst), whether the family is won, rows a peer is faster on; compile times with no verdict
@@ -85,9 +89,9 @@ def vs_best_peer_cell(t: TaskReport) -> str:
     if f.geomean is not None:
         parts.append(f"{times(f.geomean)}, worst {times(f.worst)}, {_won_text(f)}")
         if f.beaten:
-            parts.append(f"a peer faster on {len(f.beaten)} rows")
+            parts.append(f"a peer faster on {_rows(len(f.beaten))}")
     if f.unchecked:
-        parts.append(f"compile faster on {len({row for row, _, _ in f.unchecked})} rows, unchecked")
+        parts.append(f"compile faster on {_rows(len({row for row, _, _ in f.unchecked}))}, unchecked")
     return "; ".join(parts) or "–"
 
 
