@@ -42,6 +42,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kda_kernels.class_patch import ClassPatches
+
 from .conv_input import MAX_C, launch
 
 LTX = "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae"
@@ -130,15 +132,15 @@ class Ltx2VaeFastPath:
                 "SGLang's forwards elsewhere (see fallbacks)")
 
     def __init__(self) -> None:
-        self._originals: dict[str, Any] = {}
+        self._patches = ClassPatches(LTX, _PATCHED)
         self._serves: Callable[[torch.device], bool] = lambda device: False
 
     @property
     def installed(self) -> bool:
-        return bool(self._originals)
+        return self._patches.applied
 
     def patched(self) -> list[str]:
-        return [f"{LTX}.{name}" for name in self._originals]
+        return self._patches.patched()
 
     @staticmethod
     def fallbacks() -> dict[str, int]:
@@ -146,40 +148,15 @@ class Ltx2VaeFastPath:
         return dict(FALLBACKS)
 
     def install(self, serves: Callable[[torch.device], bool]) -> list[str]:
-        import importlib
-
-        mod = importlib.import_module(LTX)
         self._serves = serves
-        if self._originals:
-            return self.patched()
-        FALLBACKS.clear()
-        replacements = self._replacements(mod)
-        for name in _PATCHED:
-            owner, attr = self._owner(mod, name)
-            self._originals[name] = owner.__dict__[attr]
-            setattr(owner, attr, replacements[name])
-        return self.patched()
+        if not self._patches.applied:
+            FALLBACKS.clear()
+        return self._patches.apply(self._replacements)
 
     def uninstall(self) -> list[str]:
-        import importlib
+        return self._patches.restore()
 
-        if not self._originals:
-            return []
-        mod = importlib.import_module(LTX)
-        restored = self.patched()
-        for name, original in self._originals.items():
-            owner, attr = self._owner(mod, name)
-            setattr(owner, attr, original)
-        self._originals.clear()
-        return restored
-
-    @staticmethod
-    def _owner(mod: Any, name: str) -> tuple[Any, str]:
-        cls, _, attr = name.rpartition(".")
-        return getattr(mod, cls), attr
-
-    def _replacements(self, mod: Any) -> dict[str, Any]:
-        orig = {name: self._owner(mod, name)[0].__dict__[self._owner(mod, name)[1]] for name in _PATCHED}
+    def _replacements(self, mod: Any, orig: dict[str, Any]) -> dict[str, Any]:
         path = self
         rms_norm = mod.PerChannelRMSNorm
 
