@@ -60,6 +60,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"kda e2e: {e.args[0]}", file=sys.stderr)
         return 2
+    not_vae = [r.name for r in rows if r.kind != "vae"]
+    if args.conv_floor and not_vae:
+        print(f"kda e2e: --conv-floor measures VAE decode rows; not one: {', '.join(not_vae)}", file=sys.stderr)
+        return 2
     if args.list:
         for r in rows:
             print(f"{r.name:<26} {r.model:<18} {r.module:<52} {r.cites}")
@@ -76,6 +80,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
               "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
         return 2
     seed, env, run_id = start(device, args.seed)
+    if args.conv_floor:
+        return _conv_floor(rows, device, tiny, quality, seed, env, run_id, args.out)
     results = []
     for r in rows:
         print(f"kda e2e: {r.name} ({r.model}, {r.module}) ...", file=sys.stderr, flush=True)
@@ -96,6 +102,36 @@ def cmd_e2e(args: argparse.Namespace) -> int:
           f"{'' if args.no_record else ', appended to e2e/rows.csv'}")
     print(table(results))
     return 1 if any(r["status"] != "ok" for r in results) else 0
+
+
+def _conv_floor(rows: list[Any], device: str, tiny: bool, quality: str, seed: int, env: dict[str, Any],
+                run_id: str, out: str | None) -> int:
+    """``--conv-floor`` (VAE rows only, checked by the caller): each row's convolutions replayed alone; JSON under
+    ``--out``/$OUT, nothing appended to e2e/rows.csv."""
+    from kda_lab.e2e import conv_floor
+
+    out_dir = os.environ.get("OUT") if out is None else out
+    status = 0
+    for r in rows:
+        print(f"kda e2e: conv floor of {r.name} ({r.model}) ...", file=sys.stderr, flush=True)
+        try:
+            rec = conv_floor.measure_row(r, device, tiny, quality, seed)
+        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
+            print(f"kda e2e: {r.name}: conv floor FAILED: {type(e).__name__}: {e}"[:500], file=sys.stderr)
+            status = 1
+            continue
+        rec.update(run_id=run_id, seed=seed, tiny=int(tiny), env=env)
+        if out_dir:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(out_dir) / f"conv-floor-{r.name}-{run_id}.json").write_text(json.dumps(rec, indent=1,
+                                                                                        default=str))
+        results = [conv_floor.ConvResult(conv_floor.ConvCall(**x["call"]), x["count"],
+                                         {v: conv_floor.VariantTime(**t) for v, t in x["times"].items()})
+                   for x in rec["results"]]
+        print(f"== conv floor: {r.name} at {quality} on {rec['gpu_name']} ({'tiny' if tiny else 'production'}; "
+              f"decode: {rec['decode_conv_calls']} conv calls, {rec['decode_conv_gflop']:.0f} GFLOP)")
+        print(conv_floor.table(results, rec["summary"]))
+    return status
 
 
 def register(subparsers: Any) -> None:
@@ -126,6 +162,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--attention-backend", help="SGLang attention backend (default: torch_sdpa on CPU, SGLang's "
                    "own choice on a GPU; e.g. torch_sdpa when the GPU's flash-attention package is missing)")
     p.add_argument("--seed", type=int, help="input/order seed (default random, recorded)")
+    p.add_argument("--conv-floor", action="store_true",
+                   help="VAE rows: capture one decode's convolutions and time each alone under cuDNN settings "
+                        "(the conv floor; JSON to --out/$OUT, not recorded in e2e/rows.csv)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch profiler pass")
     p.add_argument("--no-record", action="store_true", help="do not append to e2e/rows.csv")
     p.add_argument("--out", help="also write the results as JSON here (default $OUT when set)")

@@ -1,0 +1,97 @@
+"""``kda e2e --conv-floor`` (kda_lab.e2e.conv_floor): the capture of a real SGLang decode's convolutions,
+their shapes and FLOPs, and the command's refusals. On a CPU only the mechanics run; the timings are the
+GPU's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from kda_lab.e2e import conv_floor
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wan22(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("conv_floor")
+    before = (REPO / "e2e" / "rows.csv").read_bytes()
+    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--conv-floor", "--rows", "wan22_vae_decode",
+                        "--device", "cpu", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (REPO / "e2e" / "rows.csv").read_bytes() == before, "--conv-floor must not append to e2e/rows.csv"
+    files = list(out.glob("conv-floor-wan22_vae_decode-*.json"))
+    assert len(files) == 1, files
+    return {"rec": json.loads(files[0].read_text()), "stdout": r.stdout}
+
+
+def test_capture_counts_every_convolution_of_sglangs_decode(wan22: dict[str, Any]) -> None:
+    rec = wan22["rec"]
+    # two independent counters of one decode: the capture's distinct calls x counts, and measure.ConvFlops
+    assert sum(r["count"] for r in rec["results"]) == rec["decode_conv_calls"] > 10
+    gflop = sum(r["gflop"] * r["count"] for r in rec["results"])
+    assert gflop == pytest.approx(rec["decode_conv_gflop"], rel=1e-9)
+    assert rec["summary"]["distinct"] == len(rec["results"]) < rec["decode_conv_calls"]
+    # on a CPU only SGLang's own settings replay; every distinct conv ran
+    assert set(rec["summary"]["variants"]) == {"sglang"}
+    assert all(r["times"]["sglang"]["ms"] > 0 for r in rec["results"])
+    assert rec["quality"] == "lossless" and rec["env"]["git_commit"]
+    assert "all " in wan22["stdout"] and "distinct" in wan22["stdout"]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_conv_call_shape_and_flops_match_torch(transposed: bool) -> None:
+    x = torch.randn(1, 6, 5, 9, 7)
+    w = torch.randn(6, 4, 3, 3, 2) if transposed else torch.randn(4, 3, 3, 3, 2)
+    args = (x, w, None, [1, 2, 1], [1, 0, 1], [1, 1, 2], transposed, [0, 1, 0] if transposed else [0, 0, 0],
+            1 if transposed else 2)
+    out = torch.ops.aten.convolution(*args)
+    c = conv_floor.call_of(args)
+    assert c.out_shape == tuple(out.shape)
+    k = 3 * 3 * 2
+    assert c.flops == (2 * x.numel() * w.shape[1] * k if transposed else 2 * out.numel() * w.shape[1] * k)
+    # a wrong shape rule must be caught: the same call with another stride is another shape
+    other = conv_floor.ConvCall(**{**c.__dict__, "stride": (1, 1, 1)})
+    assert other.out_shape != tuple(out.shape)
+
+
+def test_channels_last_inputs_replay_in_channels_last() -> None:
+    x = torch.randn(1, 8, 3, 6, 6).contiguous(memory_format=torch.channels_last_3d)
+    w = torch.randn(8, 8, 3, 3, 3).contiguous(memory_format=torch.channels_last_3d)
+    c = conv_floor.call_of((x, w, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 1))
+    assert c.channels_last
+    xr, wr, _ = conv_floor._tensors(c, "cpu", torch.Generator().manual_seed(0))
+    assert xr.is_contiguous(memory_format=torch.channels_last_3d) and not xr.is_contiguous()
+    assert not conv_floor.call_of((x.contiguous(), w, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0],
+                                   1)).channels_last
+
+
+def test_a_variant_missing_on_one_conv_has_no_floor() -> None:
+    a = conv_floor.ConvCall((1, 4, 2, 4, 4), False, (4, 4, 1, 1, 1), False, (1, 1, 1), (0, 0, 0), (1, 1, 1),
+                            False, (0, 0, 0), 1, "float32")
+    b = conv_floor.ConvCall(**{**a.__dict__, "x_shape": (1, 4, 2, 8, 8)})
+    results = [conv_floor.ConvResult(a, 2, {"sglang": conv_floor.VariantTime(1.0),
+                                            "bf16": conv_floor.VariantTime(0.5)}),
+               conv_floor.ConvResult(b, 1, {"sglang": conv_floor.VariantTime(3.0),
+                                            "bf16": conv_floor.VariantTime(error="OutOfMemoryError")})]
+    s = conv_floor.summary(results, "NVIDIA H200")
+    assert set(s["variants"]) == {"sglang"}
+    assert s["variants"]["sglang"]["ms"] == pytest.approx(2 * 1.0 + 3.0)
+    assert s["variants"]["sglang"]["peak_tflops"] == conv_floor.PEAK_TFLOPS[("H200", "tf32")]
+    with pytest.raises(ValueError, match="unknown conv-floor variant"):
+        conv_floor._runner(a, "fp8", torch.zeros(1), torch.zeros(1), None)
+
+
+def test_conv_floor_refuses_a_dit_row(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--conv-floor", "--rows", "zimage_dit",
+                        "--device", "cpu", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2
+    assert "--conv-floor measures VAE decode rows; not one: zimage_dit" in r.stderr
+    assert not list(tmp_path.iterdir())
