@@ -66,7 +66,7 @@ def test_channels_last_inputs_replay_in_channels_last() -> None:
     w = torch.randn(8, 8, 3, 3, 3).contiguous(memory_format=torch.channels_last_3d)
     c = conv_floor.call_of((x, w, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 1))
     assert c.channels_last
-    xr, wr, _ = conv_floor._tensors(c, "cpu", torch.Generator().manual_seed(0))
+    xr, wr, _ = conv_floor._tensors(c, "cpu", torch.Generator("cpu").manual_seed(0))
     assert xr.is_contiguous(memory_format=torch.channels_last_3d) and not xr.is_contiguous()
     assert not conv_floor.call_of((x.contiguous(), w, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0],
                                    1)).channels_last

@@ -136,14 +136,14 @@ class ConvResult:
 def _tensors(c: ConvCall, device: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor,
                                                                        torch.Tensor | None]:
     dtype = getattr(torch, c.dtype)
-    x = torch.randn(c.x_shape, generator=gen).to(device=device, dtype=dtype)
-    w = torch.randn(c.w_shape, generator=gen) / math.sqrt(math.prod(c.w_shape[1:]))
-    w = w.to(device=device, dtype=dtype)
+    x = torch.randn(c.x_shape, generator=gen, device=device).to(dtype)  # drawn on the device: GBs
+    w = torch.randn(c.w_shape, generator=gen, device=device) / math.sqrt(math.prod(c.w_shape[1:]))
+    w = w.to(dtype)
     if c.channels_last:
         fmt = torch.channels_last_3d if x.dim() == 5 else torch.channels_last
         x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     out_ch = c.out_shape[1]
-    b = torch.randn(out_ch, generator=gen).to(device=device, dtype=dtype) if c.bias else None
+    b = torch.randn(out_ch, generator=gen, device=device).to(dtype) if c.bias else None
     return x, w, b
 
 
@@ -221,7 +221,7 @@ def replay(calls: dict[ConvCall, int], device: str, variants: tuple[str, ...] = 
     results = []
     for c, n in sorted(calls.items(), key=lambda kv: -kv[0].flops * kv[1]):
         res = ConvResult(c, n)
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
         x, w, b = _tensors(c, device, gen)
         ref: torch.Tensor | None = None
         for v in variants if cuda else ("sglang",):
