@@ -168,9 +168,20 @@ def _recipes() -> dict[str, Any]:
 
 
 def _main() -> None:
+    import torch
+
     from kda_lab.e2e.runtime import init_sglang
 
-    init_sglang("cpu")
+    # the opposite of SGLang's defaults first: init_sglang must set both switches the way SGLang's worker does
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    ready = init_sglang("cpu")
+    from sglang.multimodal_gen.runtime.server_args import ServerArgs
+
+    numerics = {"sglang": [ServerArgs.allow_cudnn_tf32, ServerArgs.allow_bf16_reduced_precision_reduction],
+                "ready": [ready["cudnn_tf32"], ready["bf16_reduced_precision_reduction"]],
+                "torch": [torch.backends.cudnn.allow_tf32,
+                          torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction]}
     from kda_lab.e2e import sglang_build
 
     stages = sglang_build.import_stages()
@@ -180,6 +191,7 @@ def _main() -> None:
         "channels_last": _channels_last(),
         "decode_dtypes": _decode_dtypes(),
         "recipes": _recipes(),
+        "numerics": numerics,
     }
     print("E2E-VAE-RESULTS " + json.dumps(results, default=str))
 
@@ -289,6 +301,12 @@ def test_recipes_match_sglang_and_a_wrong_value_is_rejected(results: dict[str, A
                 field_name.split("_")[0] in f or "latent" in f or "width" in f for f in found
             ), (name, field_name, found)
         assert rec["wrong_fusions"], name
+
+
+def test_numerics_policy_is_sglangs_worker_default(results: dict[str, Any]) -> None:
+    want = results["numerics"]["sglang"]
+    assert want == [True, True]  # SGLang 0.5.23 keeps PyTorch's defaults: an fp32 decode's convs run TF32
+    assert results["numerics"] == {"sglang": want, "ready": want, "torch": want}
 
 
 def test_sglang_stages_import(results: dict[str, Any]) -> None:

@@ -85,7 +85,15 @@ def init_sglang(device: str, attention_backend: str | None = None) -> dict[str, 
     args = ServerArgs(model_path="kda-e2e/random-weights", num_gpus=1, pipeline_config=WanT2V480PConfig(), **extra)
     server_args._global_server_args = args
     maybe_init_distributed_environment_and_model_parallel(tp_size=1, sp_size=1)
-    _READY.update(device=device, attention_backend=backend or "sglang default")
+    # SGLang's worker sets the two process-global approximate-numerics switches from its server args
+    # (gpu_worker.init_device_and_model): cuDNN TF32 on by default, so an fp32 VAE decode runs TF32 convs
+    from sglang.multimodal_gen.runtime.utils.numerics_policy import apply_numerics_policy
+
+    apply_numerics_policy(allow_cudnn_tf32=args.allow_cudnn_tf32,
+                          allow_bf16_reduced_precision_reduction=args.allow_bf16_reduced_precision_reduction)
+    _READY.update(device=device, attention_backend=backend or "sglang default",
+                  cudnn_tf32=args.allow_cudnn_tf32,
+                  bf16_reduced_precision_reduction=args.allow_bf16_reduced_precision_reduction)
     return dict(_READY)
 
 
