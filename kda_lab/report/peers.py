@@ -141,13 +141,13 @@ def task_peer_lines(t: TaskReport) -> list[str]:
     beaten = run.beaten_by_peers()
     out.append("")
     if beaten:
-        out.append(f"**A peer beats the {side} on {len(beaten)} rows:** {_beaten_text(beaten)}.")
+        out.append(f"**A peer beats the {side} on {len(beaten)} row{'s' if len(beaten) != 1 else ''}:** {_beaten_text(beaten)}.")
     else:
         out.append(f"No correct peer beats the {side} on any row of this view.")
     unchecked = run.unchecked_compile_faster()
     if unchecked:
         out.append("")
-        out.append(f"torch.compile was timed faster than the {side} on {len(unchecked)} rows with no oracle verdict "
+        out.append(f"torch.compile was timed faster than the {side} on {len(unchecked)} row{'s' if len(unchecked) != 1 else ''} with no oracle verdict "
                    "recorded (not counted): " + "; ".join(f"`{row}` ({r:.3f}×)" for row, r in unchecked) + ".")
     out.append("")
     return out
