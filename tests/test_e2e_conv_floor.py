@@ -95,3 +95,36 @@ def test_conv_floor_refuses_a_dit_row(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "--conv-floor measures VAE decode rows; not one: zimage_dit" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_frames_2d_is_the_3d_conv_summed_over_time_taps() -> None:
+    x = torch.randn(1, 8, 6, 10, 12).contiguous(memory_format=torch.channels_last_3d)
+    w = torch.randn(5, 8, 3, 3, 3).contiguous(memory_format=torch.channels_last_3d)
+    b = torch.randn(5)
+    args = (x, w, b, [1, 1, 1], [0, 1, 1], [1, 1, 1], False, [0, 0, 0], 1)
+    c = conv_floor.call_of(args)
+    assert conv_floor.frames_2d_applies(c)
+    ref = torch.ops.aten.convolution(*args)
+    out = conv_floor._frames_2d(c, x, w, b)()
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
+    # the time taps in the wrong order are another convolution: the comparison above can fail
+    flipped = conv_floor._frames_2d(c, x, w.flip(2), b)()
+    assert (flipped - ref).abs().max() > 1e-2
+    # padding in time, a 2-D conv, a transposed conv: not this variant's
+    for other in ({"padding": (1, 1, 1)}, {"x_shape": (1, 8, 10, 12), "w_shape": (5, 8, 3, 3)},
+                  {"transposed": True}):
+        assert not conv_floor.frames_2d_applies(conv_floor.ConvCall(**{**c.__dict__, **other}))
+
+
+def test_a_variant_that_does_not_apply_counts_sglangs_time() -> None:
+    bf = conv_floor.ConvCall((1, 4, 2, 4, 4), False, (4, 4, 1, 1, 1), False, (1, 1, 1), (0, 0, 0), (1, 1, 1),
+                             False, (0, 0, 0), 1, "bfloat16")
+    f32 = conv_floor.ConvCall(**{**bf.__dict__, "dtype": "float32"})
+    results = [conv_floor.ConvResult(bf, 3, {"sglang": conv_floor.VariantTime(2.0)}),
+               conv_floor.ConvResult(f32, 1, {"sglang": conv_floor.VariantTime(4.0),
+                                              "bf16": conv_floor.VariantTime(1.0)})]
+    s = conv_floor.summary(results, "NVIDIA H200")
+    assert s["variants"]["bf16"]["ms"] == pytest.approx(3 * 2.0 + 1.0)
+    assert s["variants"]["bf16"]["peak_tflops"] == conv_floor.PEAK_TFLOPS[("H200", "bf16")]
+    assert s["variants"]["sglang"]["peak_tflops"] is None  # bf16 and TF32 convs mixed: no one peak

@@ -12,7 +12,16 @@ random inputs of the same shape, strides and dtype, under a few cuDNN settings:
 - ``other_layout``: the input and weight in the other memory format (channels-last <-> contiguous);
 - ``bf16``: inputs and weights cast to bf16 (a yardstick of the tensor cores, not a lossless option for an
   fp32 decode);
-- ``fp32_ieee`` (fp32 convs only): ``allow_tf32`` off, what the fp32 decode would cost without TF32.
+- ``fp32_ieee`` (fp32 convs only): ``allow_tf32`` off, what the fp32 decode would cost without TF32;
+- ``frames_2d`` (3-D convs with stride, dilation 1 and no padding in time: the causal convs of the video
+  VAEs, whose time padding is a separate cat/pad): the sum over the kernel's time taps of one 2-D convolution
+  each, with the frames as the batch (for a batch of one, a channels-last 3-D tensor's frames are a
+  channels-last 2-D batch: a view, no copy): the same products in the same precision, summed in another order
+  (``lossless``), through cuDNN's 2-D kernels.
+
+A variant that does not apply to a convolution (``bf16`` on a bf16 conv, ``fp32_ieee`` on a bf16 one,
+``frames_2d`` on a 2-D one) counts SGLang's own time for it in the variant's floor; a variant that failed on a
+convolution (memory, no algorithm) has no floor.
 
 The sum over calls of each variant's time is that variant's conv floor; its achieved TFLOP/s is set against
 the GPU's dense tensor peak (``PEAK_TFLOPS``). Timing is CUDA events around one call, median of ``reps``
@@ -32,7 +41,7 @@ from typing import Any
 
 import torch
 
-VARIANTS = ("sglang", "cudnn_benchmark", "other_layout", "bf16", "fp32_ieee")
+VARIANTS = ("sglang", "cudnn_benchmark", "other_layout", "frames_2d", "bf16", "fp32_ieee")
 # dense (no sparsity) tensor-core peaks, TFLOP/s, by (GPU name substring, compute dtype): NVIDIA's H100/H200
 # SXM data sheets (the two share the same SMs and clocks; H200 differs in memory only)
 PEAK_TFLOPS = {("H200", "bf16"): 989.0, ("H200", "tf32"): 494.0, ("H200", "fp32"): 67.0,
@@ -189,7 +198,36 @@ def _runner(c: ConvCall, variant: str, x: torch.Tensor, w: torch.Tensor, b: torc
         return conv(*cast), contextlib.nullcontext()
     if variant == "fp32_ieee":
         return (conv(x, w, b), _cudnn(tf32=False)) if c.dtype == "float32" else None
+    if variant == "frames_2d":
+        return (_frames_2d(c, x, w, b), contextlib.nullcontext()) if frames_2d_applies(c) else None
     raise ValueError(f"unknown conv-floor variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
+def frames_2d_applies(c: ConvCall) -> bool:
+    return (len(c.x_shape) == 5 and not c.transposed and c.groups == 1 and c.w_shape[2] > 1
+            and c.stride[0] == 1 and c.dilation[0] == 1 and c.padding[0] == 0)
+
+
+def _frames_2d(c: ConvCall, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
+               ) -> Callable[[], torch.Tensor]:
+    """out[:, :, t] = sum over time taps kt of conv2d(x[:, :, t + kt], w[:, :, kt]): one 2-D conv per tap over
+    the T_out frames as a batch, accumulated in the output's dtype."""
+    n, _, t_in = c.x_shape[:3]
+    kt = c.w_shape[2]
+    t_out = t_in - kt + 1
+    taps = [w[:, :, i] for i in range(kt)]  # [C_out, C_in, kh, kw]; channels-last 3-D -> channels-last 2-D
+
+    def frames(i: int) -> torch.Tensor:  # [N * T_out, C, H, W], a view where x is channels-last
+        return x[:, :, i:i + t_out].permute(0, 2, 1, 3, 4).reshape(n * t_out, *x.shape[1:2], *x.shape[3:])
+
+    def run() -> torch.Tensor:
+        acc = torch.nn.functional.conv2d(frames(0), taps[0], b, c.stride[1:], c.padding[1:], c.dilation[1:])
+        for i in range(1, kt):
+            acc.add_(torch.nn.functional.conv2d(frames(i), taps[i], None, c.stride[1:], c.padding[1:],
+                                                c.dilation[1:]))
+        return acc.reshape(n, t_out, *acc.shape[1:]).permute(0, 2, 1, 3, 4)
+
+    return run
 
 
 def _time(fn: Callable[[], torch.Tensor], cuda: bool, warmup: int, reps: int) -> tuple[float, torch.Tensor]:
@@ -270,12 +308,13 @@ def summary(results: list[ConvResult], gpu_name: str) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": sum(r.count for r in results), "distinct": len(results),
                            "gflop": total_flops / 1e9, "variants": {}}
     for v in VARIANTS:
-        timed = [r for r in results if v in r.times and r.times[v].ms is not None]
-        if len(timed) != len(results):
-            continue  # a variant that did not run on every conv has no floor
-        ms = sum(r.times[v].ms * r.count for r in timed)  # type: ignore[operator]
+        if not any(v in r.times for r in results) or any(
+                r.times.get(v, r.times.get("sglang", VariantTime())).ms is None for r in results):
+            continue  # never ran, or failed on a conv: no floor (not applicable: SGLang's own time counts)
+        ms = sum(r.times.get(v, r.times["sglang"]).ms * r.count for r in results)  # type: ignore[operator]
         tflops = total_flops / (ms * 1e-3) / 1e12 if ms else 0.0
-        comp = {compute_dtype(r.call.dtype, v) for r in timed}
+        timed = [r for r in results if v in r.times]
+        comp = {compute_dtype(r.call.dtype, v if v in r.times else "sglang") for r in results}
         pk = peak(gpu_name, comp.pop()) if len(comp) == 1 else None
         diffs = [r.times[v].max_rel_diff for r in timed if r.times[v].max_rel_diff is not None]
         out["variants"][v] = {"ms": ms, "tflops": tflops, "peak_tflops": pk,
