@@ -322,6 +322,28 @@ def test_request_rows_name_their_gpu_and_a_stage_with_no_kda_call(tmp_path: Path
                                                             "request_zimage_lossless_h100.png"}
 
 
+def test_each_request_stage_names_its_top_kernels_and_a_decode_its_split(tmp_path: Path) -> None:
+    """Issue 35 item 4: "other" named kernel by kernel per stage; a decode shows its split in the VAE buckets
+    (a pad kernel is pad_cat there, not "other") and its conv TFLOP/s, none where its FLOPs were not counted."""
+    from kda_lab.e2e import report as e2e_report
+    from kda_lab.ledger import e2e as ledger
+
+    step, dec = _request_rows("h2", "NVIDIA H200", "9.0", (84.0, 80.0), (40.0, 39.0), {}, {})
+    pad = "void at::native::(anonymous namespace)::reflection_pad3d_out_kernel<float>(torch::headeronly::detail"
+    step["top_kernels_off"] = json.dumps([{"kernel": "void sglang::residual_gate_add::(anonymous namespace)::k<8>(x)",
+                                           "class": "other", "ms": 2.5, "share": 0.03}])
+    dec.update(top_kernels_off=json.dumps([{"kernel": pad, "class": "other", "ms": 7.5, "share": 0.2}]),
+               split_off=json.dumps({"conv": 20.0, "pad_cat": 7.6, "other": 10.0}), kernel_ms_off=37.6,
+               conv_tflops_off=0)
+    ledger.append(tmp_path, [step, dec])
+    text = e2e_report.section(tmp_path)
+    assert "**zimage · denoise_step · lossless · h200**" in text
+    assert "| `sglang::residual_gate_add::k<8>` | other | 2.50 | 3.0% |" in text
+    assert "| `at::native::reflection_pad3d_out_kernel<float>` | pad_cat | 7.50 | 20.0% |" in text
+    assert "Decode split: conv 20.0 ms (53%), other 10.0 ms (27%), pad_cat 7.6 ms (20%)." in text
+    assert text.index("denoise_step · lossless") < text.index("decode · lossless")
+
+
 def test_a_family_is_off_the_default_path_only_once_every_request_of_its_models_was_measured(
         tmp_path: Path) -> None:
     """qknorm_rope cites Qwen-Image and Z-Image rows: while one of their requests is unmeasured the flag says so;
@@ -665,6 +687,14 @@ def test_conv_flops_count_every_convolution_call() -> None:
         torch.nn.functional.conv3d(torch.randn(1, 4, 5, 6, 6), w)
         up(torch.randn(1, 4, 2, 3, 3))
     assert c.calls == 2 and c.flops == 2 * (8 * 3 * 4 * 4) * 4 * 27 + 2 * (4 * 2 * 3 * 3) * 6 * 8
+    # under autocast (LTX-2's decode): counted, in the dtype the conv computes in
+    from kda_lab.e2e.conv_floor import capture
+
+    with capture() as calls, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.nn.functional.conv3d(torch.randn(1, 4, 5, 6, 6), w, padding="same")
+    ((call, n),) = calls.items()
+    assert n == 1 and call.dtype == "bfloat16" and call.padding == (1, 1, 1) and call.out_shape == (1, 8, 5, 6, 6)
+    assert torch.nn.functional.conv3d.__name__ == "conv3d"  # put back on exit
 
 
 def _module_lines(root: Path, row: str) -> list[list[str]]:

@@ -33,7 +33,7 @@ def wan22(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_capture_counts_every_convolution_of_sglangs_decode(wan22: dict[str, Any]) -> None:
     rec = wan22["rec"]
-    # two independent counters of one decode: the capture's distinct calls x counts, and measure.ConvFlops
+    # every captured convolution was replayed
     assert sum(r["count"] for r in rec["results"]) == rec["decode_conv_calls"] > 10
     gflop = sum(r["gflop"] * r["count"] for r in rec["results"])
     assert gflop == pytest.approx(rec["decode_conv_gflop"], rel=1e-9)
@@ -43,6 +43,33 @@ def test_capture_counts_every_convolution_of_sglangs_decode(wan22: dict[str, Any
     assert all(r["times"]["sglang"]["ms"] > 0 for r in rec["results"])
     assert rec["quality"] == "lossless" and rec["env"]["git_commit"]
     assert "all " in wan22["stdout"] and "distinct" in wan22["stdout"]
+
+
+def test_capture_sees_what_aten_convolution_sees() -> None:
+    """The functional-level capture against a dispatch-mode count at ``aten.convolution`` (outside autocast,
+    where both see every call): the same calls, shapes and FLOPs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[conv_floor.ConvCall] = []
+
+    class _Aten(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            if func.overloadpacket is torch.ops.aten.convolution:
+                seen.append(conv_floor.call_of(args))
+            return func(*args, **(kwargs or {}))
+
+    conv = torch.nn.Conv3d(4, 8, 3, padding=(0, 1, 1)).to(memory_format=torch.channels_last_3d)
+    up = torch.nn.ConvTranspose2d(8, 4, 2, stride=2)
+    x = torch.randn(1, 4, 5, 6, 6).contiguous(memory_format=torch.channels_last_3d)
+    with torch.no_grad(), conv_floor.capture() as calls, _Aten():
+        y = conv(x)
+        z = torch.nn.functional.conv2d(y[:, :, 0], torch.randn(8, 8, 3, 3), padding="same", dilation=2)
+        up(z)
+        torch.conv1d(torch.randn(2, 3, 9), torch.randn(5, 3, 4), stride=2)
+    assert len(seen) == sum(calls.values()) == 4
+    assert sorted(map(repr, seen)) == sorted(map(repr, calls))
+    assert sum(c.flops for c in seen) == sum(c.flops * n for c, n in calls.items())
 
 
 @pytest.mark.parametrize("transposed", [False, True])

@@ -109,23 +109,69 @@ def call_of(args: tuple[Any, ...]) -> ConvCall:
                     str(x.dtype).removeprefix("torch."))
 
 
+_CONV_FUNCTIONS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+
+
+def _tuple(v: Any, n: int) -> tuple[int, ...]:
+    return tuple(int(e) for e in v) if isinstance(v, (tuple, list)) else (int(v),) * n
+
+
+def _functional_call(name: str, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                     bias: torch.Tensor | None = None, *rest: Any, **kw: Any) -> ConvCall:
+    """The ConvCall of one ``torch.nn.functional`` conv call (its arguments as given, its output for the shape
+    that a string padding resolves to). Under autocast the conv computes in the autocast dtype."""
+    transposed = name.startswith("conv_transpose")
+    n = x.dim() - 2
+    names = (("stride", "padding", "output_padding", "groups", "dilation") if transposed
+             else ("stride", "padding", "dilation", "groups"))
+    given = dict(zip(names, rest, strict=False)) | kw
+    stride = _tuple(given.get("stride", 1), n)
+    dilation = _tuple(given.get("dilation", 1), n)
+    padding = given.get("padding", 0)
+    k = tuple(weight.shape[2:])
+    if isinstance(padding, str):  # "valid" or "same" (stride 1): the symmetric part; odd totals pad one more
+        padding = (0,) * n if padding == "valid" else tuple(d * (kk - 1) // 2 for d, kk in zip(dilation, k,
+                                                                                                strict=True))
+    dev = x.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    c = ConvCall(tuple(x.shape), _channels_last(x), tuple(weight.shape), bias is not None, stride,
+                 _tuple(padding, n), dilation, transposed, _tuple(given.get("output_padding", 0), n),
+                 int(given.get("groups", 1)), str(dtype).removeprefix("torch."))
+    if c.out_shape != tuple(out.shape):  # an asymmetric "same": record the padding that gives its shape
+        c = ConvCall(**{**c.__dict__, "padding": tuple(p + (o - e + 1) // 2 for p, o, e in zip(
+            c.padding, out.shape[2:], c.out_shape[2:], strict=True))})
+    return c
+
+
 @contextlib.contextmanager
 def capture() -> Iterator[dict[ConvCall, int]]:
-    """``with capture() as calls: forward()``: {distinct convolution: calls}."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """``with capture() as calls: forward()``: {distinct convolution: calls}.
+
+    Recorded at ``torch.nn.functional``'s conv functions (and their ``torch.convNd`` names), which every
+    SGLang VAE and the overlay's fast paths call, not with a dispatch mode at ``aten.convolution``: counted
+    that way, LTX-2's decode, the one decode that runs under CUDA autocast, had 0 conv FLOPs on an H100."""
+    import torch.nn.functional as F
 
     calls: dict[ConvCall, int] = {}
+    saved = {(mod, name): getattr(mod, name) for mod in (F, torch) for name in _CONV_FUNCTIONS
+             if hasattr(mod, name)}
 
-    class _Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                               kwargs: dict[str, Any] | None = None) -> Any:
-            if func.overloadpacket is torch.ops.aten.convolution:
-                c = call_of(args)
-                calls[c] = calls.get(c, 0) + 1
-            return func(*args, **(kwargs or {}))
+    def wrap(name: str, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def recorded(*args: Any, **kwargs: Any) -> torch.Tensor:
+            out = fn(*args, **kwargs)
+            c = _functional_call(name, out, *args, **kwargs)
+            calls[c] = calls.get(c, 0) + 1
+            return out
 
-    with _Mode():
+        return recorded
+
+    try:
+        for (mod, name), fn in saved.items():
+            setattr(mod, name, wrap(name, fn))
         yield calls
+    finally:
+        for (mod, name), fn in saved.items():
+            setattr(mod, name, fn)
 
 
 @dataclass
@@ -359,9 +405,6 @@ def measure_row(row: Any, device: str, tiny: bool, quality: str, seed: int, reps
         forward()  # warm: lazy inits and the first cuDNN plans stay out of the capture's way
         with capture() as calls:
             forward()
-    module_flops = measure.ConvFlops()
-    with torch.no_grad(), module_flops:
-        forward()
     del built, forward
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -369,7 +412,8 @@ def measure_row(row: Any, device: str, tiny: bool, quality: str, seed: int, reps
     gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     summ = summary(results, gpu)
     return {"row": row.name, "model": row.model, "quality": quality, "gpu_name": gpu,
-            "decode_conv_calls": module_flops.calls, "decode_conv_gflop": module_flops.flops / 1e9,
+            "decode_conv_calls": sum(calls.values()),
+            "decode_conv_gflop": sum(c.flops * n for c, n in calls.items()) / 1e9,
             "summary": summ,
             "results": [{"conv": r.call.label(), "call": r.call.__dict__, "count": r.count,
                          "gflop": r.call.flops / 1e9, "times": {v: t.__dict__ for v, t in r.times.items()}}

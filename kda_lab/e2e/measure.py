@@ -251,41 +251,24 @@ class ConvFlops:
     runs inside (output elements x input channels per group x kernel volume x 2; a transposed one: input
     elements x output channels per group x kernel volume x 2): the conv floor's work.
 
-    Counted at ``aten.convolution`` (a dispatch mode), not with module hooks: SGLang's VAE fast paths call
-    ``F.conv3d`` with a module's weight (LTX-2's channels-last reflect pad, Wan's conv-bias epilogue), which
-    no forward hook of the ``nn.Conv3d`` sees. ``module`` is kept for the callers' symmetry."""
+    Counted by ``conv_floor.capture`` at ``torch.nn.functional``'s conv functions, not with module hooks:
+    SGLang's VAE fast paths call ``F.conv3d`` with a module's weight (LTX-2's channels-last causal pad, Wan's
+    conv-bias epilogue), which no forward hook of the ``nn.Conv3d`` sees. ``module`` is kept for the callers'
+    symmetry."""
 
     def __init__(self, module: torch.nn.Module | None = None) -> None:
         self.module = module
         self.flops = 0
         self.calls = 0
 
-    def count(self, args: tuple[Any, ...], out: Any) -> None:
-        x, weight = args[0], args[1]
-        transposed = bool(args[6]) if len(args) > 6 else False
-        k = math.prod(weight.shape[2:])
-        if transposed:  # weight [C_in, C_out / groups, k...]: every input element feeds C_out/g x k outputs
-            self.flops += 2 * x.numel() * weight.shape[1] * k
-        elif isinstance(out, torch.Tensor):  # weight [C_out, C_in / groups, k...]
-            self.flops += 2 * out.numel() * weight.shape[1] * k
-        self.calls += 1
-
     def __enter__(self) -> ConvFlops:
-        from torch.utils._python_dispatch import TorchDispatchMode
+        from kda_lab.e2e.conv_floor import capture
 
-        counter = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                                   kwargs: dict[str, Any] | None = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                if func.overloadpacket is torch.ops.aten.convolution:
-                    counter.count(args, out)
-                return out
-
-        self._mode = _Mode()
-        self._mode.__enter__()
+        self._capture = capture()
+        self._calls = self._capture.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
+        self._capture.__exit__(*exc)
+        self.flops = sum(c.flops * n for c, n in self._calls.items())
+        self.calls = sum(self._calls.values())

@@ -116,6 +116,52 @@ def _request_section(root: Path) -> list[str]:
     return out
 
 
+def short_kernel(name: str, width: int = 90) -> str:
+    """A profiler kernel name without ``void`` and its argument list, cut to ``width``."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    paren = name.find("(", 10)
+    name = name[:paren] if paren > 0 else name
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _top_kernels_section(root: Path) -> list[str]:
+    """Per request and stage (overlay off): the decode's split, and the top kernels outside GEMM and attention,
+    so that "other" is named kernel by kernel (issue #35, item 4)."""
+    from kda_lab.e2e.kernels import vae_bucket
+
+    reqs = [(req, q, rows) for req, q, s, rows in latest_requests(root) if s]
+    if not reqs:
+        return []
+    out = ["### Where each stage's time goes outside GEMM and attention", "",
+           "Overlay off, one profiled forward of each stage of the latest request row: the kernels outside GEMM "
+           "and attention with the most device time (up to 15, `kda_lab/e2e/kernels.py: top_kernels`; a class "
+           "`family:X` is a swap target of the overlay) and, for a decode, its split into convolution, "
+           "norm+activation, pad/cat, layout copies, upsampling, attention, GEMM and the rest, with the "
+           "convolutions' achieved TFLOP/s.", ""]
+    for req, q, rows in reqs:
+        gpu = gpu_label(rows[0])
+        for r in sorted(rows, key=lambda x: x["stage"] != "denoise_step"):
+            if r["status"] != "ok" or not r.get("top_kernels_off"):
+                continue
+            total = float(r["kernel_ms_off"]) if r.get("kernel_ms_off") else 0.0
+            out.append(f"**{req} · {r['stage']} · {q} · {gpu[0]}{'' if gpu[1] else ' (not evidence)'}** "
+                       f"(`{r['run_id']}`, {total:.1f} ms of kernels)")
+            out.append("")
+            if r.get("split_off"):
+                split = json.loads(r["split_off"])
+                parts = ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})" if total else f"{k} {v:.1f} ms"
+                                  for k, v in sorted(split.items(), key=lambda kv: -kv[1]))
+                rate = float(r["conv_tflops_off"] or 0) if r.get("conv_tflops_off") else 0.0
+                tf = f"; convolutions at {rate:.1f} TFLOP/s" if rate else ""  # 0: FLOPs not counted (pre-fix rows)
+                out += [f"Decode split: {parts}{tf}.", ""]
+            out += ["| kernel | class | ms | share |", "|---|---|---:|---:|"]
+            for k in json.loads(r["top_kernels_off"]):
+                cls = vae_bucket(k["kernel"]) if r.get("split_off") else k["class"]  # a decode: its split's buckets
+                out.append(f"| `{short_kernel(k['kernel'])}` | {cls} | {k['ms']:.2f} | {k['share']:.1%} |")
+            out.append("")
+    return out
+
+
 def coverage_table(root: Path) -> list[str]:
     """Per promoted swap target and fast path, the calls KDA served / handed to SGLang in the latest GPU run of
     each request at each tier (its stage rows' ``coverage_on``), then summed over the module rows per tier."""
@@ -158,6 +204,7 @@ def _coverage_section(root: Path) -> list[str]:
 def section(root: Path) -> str:
     rows, cpu = latest_gpu_rows(root)
     out = ["## End to end: SGLang's own models (`kda e2e`)", "", *_request_section(root), *_coverage_section(root),
+           *_top_kernels_section(root),
            "### Module rows", "",
            "SGLang 0.5.23's model classes (DiT stacks, VAE decoders, the LTX-2 latent upsampler) with seeded random "
            "weights at production sizes, overlay off vs on, interleaved ([docs/e2e.md](e2e.md)). Speedup = off "
