@@ -115,6 +115,53 @@ def test_a_variant_missing_on_one_conv_has_no_floor() -> None:
         conv_floor._runner(a, "fp8", torch.zeros(1), torch.zeros(1), None)
 
 
+_META_VS_REAL = """
+import json, torch
+from kda_lab.e2e.runtime import init_sglang, native_custom_ops
+init_sglang("cpu")
+from kda_lab.e2e import conv_floor, vae_rows
+
+def key(calls):  # the memory-format flag aside: a meta kernel may give an op's output other strides
+    out = {}
+    for c, n in calls.items():
+        k = repr({**c.__dict__, "channels_last": None})
+        out[k] = out.get(k, 0) + n
+    return sorted(out.items())
+
+out = {}
+for name in vae_rows.VAE_SOURCES:
+    built = vae_rows.VAE_BY_NAME[name].build("cpu", True, None)
+    native_custom_ops(built.module)
+    with torch.no_grad(), conv_floor.capture() as real:
+        built.forward()
+    with torch.no_grad(), conv_floor.capture() as meta:
+        vae_rows.meta_decode(name, tiny=True)()
+    out[name] = [key(real) == key(meta), sum(real.values())]
+with torch.no_grad(), conv_floor.capture() as prod:
+    vae_rows.meta_decode("wan22_vae_decode")()
+out["wan22_production"] = [sum(prod.values()), sum(c.flops * n for c, n in prod.items())]
+print("META " + json.dumps(out))
+"""
+
+
+def test_the_meta_decode_runs_the_convolutions_of_sglangs_decode() -> None:
+    """``--device meta`` (no data) sees the same convolutions as SGLang's own CPU decode of every VAE row's
+    tiny configuration; at production size it counts the Wan 2.2 decode's work in seconds."""
+    r = subprocess.run([sys.executable, "-c", _META_VS_REAL], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("META ")]
+    assert r.returncode == 0 and lines, r.stderr[-3000:]
+    out = json.loads(lines[-1].removeprefix("META "))
+    from kda_lab.e2e.vae_rows import VAE_SOURCES
+
+    for name in VAE_SOURCES:
+        same, calls = out[name]
+        assert same and calls > 10, (name, out[name])
+    calls, flops = out["wan22_production"]
+    # 31 latent frames through SGLang's chunked causal decoder: 1208 conv calls, 2.01 PFLOP (2 x MACs)
+    assert calls == 1208 and round(flops / 1e12, 1) == 2009.6
+
+
 def test_conv_floor_refuses_a_dit_row(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--conv-floor", "--rows", "zimage_dit",
                         "--device", "cpu", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
@@ -122,6 +169,9 @@ def test_conv_floor_refuses_a_dit_row(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "--conv-floor measures VAE decode rows; not one: zimage_dit" in r.stderr
     assert not list(tmp_path.iterdir())
+    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--rows", "wan22_vae_decode", "--device",
+                        "meta", "--no-record"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--device meta runs no data" in r.stderr
 
 
 def test_frames_2d_is_the_3d_conv_summed_over_time_taps() -> None:

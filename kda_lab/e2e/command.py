@@ -71,6 +71,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.gpu is not None:  # --gpu INDEX|UUID: that GPU, refused when busy (kda_lab.measure.gpu_select)
         device = str(select_gpu(args.gpu, args.allow_busy))
+    if device == "meta" and not args.conv_floor:
+        print("kda e2e: --device meta runs no data: it only counts a decode's convolutions (--conv-floor)",
+              file=sys.stderr)
+        return 2
     tiny = args.tiny or device == "cpu"
     blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
     try:

@@ -91,8 +91,9 @@ class ConvCall:
         k = "x".join(map(str, self.w_shape[2:]))
         return (f"{'convT' if self.transposed else 'conv'} {list(self.x_shape)} "
                 f"{self.w_shape[1] * self.groups if not self.transposed else self.w_shape[0]}->"
-                f"{self.out_shape[1]} k{k} s{''.join(map(str, self.stride))} {self.dtype}"
-                f"{' cl' if self.channels_last else ''}")
+                f"{self.out_shape[1]} k{k} s{''.join(map(str, self.stride))}"
+                f" p{''.join(map(str, self.padding))}"
+                f"{'+b' if self.bias else ''} {self.dtype}{' cl' if self.channels_last else ''}")
 
 
 def _channels_last(t: torch.Tensor) -> bool:
@@ -133,7 +134,8 @@ def _functional_call(name: str, out: torch.Tensor, x: torch.Tensor, weight: torc
         padding = (0,) * n if padding == "valid" else tuple(d * (kk - 1) // 2 for d, kk in zip(dilation, k,
                                                                                                 strict=True))
     dev = x.device.type
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    autocast = dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev)  # (a meta tensor has no autocast)
+    dtype = torch.get_autocast_dtype(dev) if autocast else x.dtype
     c = ConvCall(tuple(x.shape), _channels_last(x), tuple(weight.shape), bias is not None, stride,
                  _tuple(padding, n), dilation, transposed, _tuple(given.get("output_padding", 0), n),
                  int(given.get("groups", 1)), str(dtype).removeprefix("torch."))
@@ -370,24 +372,27 @@ def summary(results: list[ConvResult], gpu_name: str) -> dict[str, Any]:
 
 
 def table(results: list[ConvResult], summ: dict[str, Any], top: int = 12) -> str:
+    """The ``top`` convolutions by work (TFLOP per decode), each variant's ms per decode, the totals."""
     vs = [v for v in VARIANTS if v in summ["variants"]]
     head = " ".join(f"{v[:14]:>14}" for v in vs)
-    lines = [f"{'convolution':<62} {'calls':>5} {head}   (ms per decode)"]
+    lines = [f"{'convolution':<62} {'calls':>5} {'TFLOP':>7} {head}" + ("   (ms per decode)" if vs else "")]
     for r in results[:top]:
         cells = []
         for v in vs:
             t = r.times.get(v)
             cells.append(f"{t.ms * r.count:>14.2f}" if t and t.ms is not None else f"{'-':>14}")
-        lines.append(f"{r.call.label()[:62]:<62} {r.count:>5} " + " ".join(cells))
-    total = f"all {summ['distinct']} distinct, {summ['gflop']:.0f} GFLOP"
+        lines.append(f"{r.call.label()[:62]:<62} {r.count:>5} {r.call.flops * r.count / 1e12:>7.2f} "
+                     + " ".join(cells))
+    total = f"all {summ['distinct']} distinct"
     sums = " ".join(f"{summ['variants'][v]['ms']:>14.2f}" for v in vs)
-    lines.append(f"{total:<62} {summ['calls']:>5} {sums}")
-    def rate(v: str) -> str:
-        sv = summ["variants"][v]
-        return f"{sv['tflops']:.1f}" + (f" ({sv['of_peak']:.0%})" if sv["of_peak"] else "")
+    lines.append(f"{total:<62} {summ['calls']:>5} {summ['gflop'] / 1e3:>7.1f} {sums}")
+    if vs:
+        def rate(v: str) -> str:
+            sv = summ["variants"][v]
+            return f"{sv['tflops']:.1f}" + (f" ({sv['of_peak']:.0%})" if sv["of_peak"] else "")
 
-    rates = " ".join(f"{rate(v):>14}" for v in vs)
-    lines.append(f"{'TFLOP/s (share of the compute dtype peak)':<62} {'':>5} {rates}")
+        rates = " ".join(f"{rate(v):>14}" for v in vs)
+        lines.append(f"{'TFLOP/s (share of the compute dtype peak)':<62} {'':>5} {'':>7} {rates}")
     return "\n".join(lines)
 
 
@@ -398,6 +403,16 @@ def measure_row(row: Any, device: str, tiny: bool, quality: str, seed: int, reps
 
     if row.kind != "vae":
         raise ValueError(f"{row.name} is a {row.kind} row; the conv floor is measured on VAE decode rows")
+    if device == "meta":  # the production decode's convolutions, counted with no data: no timing
+        from kda_lab.e2e.vae_rows import VAE_SOURCES, meta_decode
+
+        if row.name not in VAE_SOURCES:
+            raise ValueError(f"{row.name} has no meta-device decode (rows with one: "
+                             f"{', '.join(VAE_SOURCES)})")
+        with torch.no_grad(), capture() as calls:
+            meta_decode(row.name)()
+        results = [ConvResult(c, n) for c, n in sorted(calls.items(), key=lambda kv: -kv[0].flops * kv[1])]
+        return _record(row, quality, "meta (shapes only)", calls, results)
     built = row.build(device, tiny, None)
     _retier, forward = tiering.applier(row.kind, built, quality)
     measure.overlay(False)
@@ -410,6 +425,11 @@ def measure_row(row: Any, device: str, tiny: bool, quality: str, seed: int, reps
         torch.cuda.empty_cache()
     results = replay(calls, device, reps=reps, seed=seed)
     gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    return _record(row, quality, gpu, calls, results)
+
+
+def _record(row: Any, quality: str, gpu: str, calls: dict[ConvCall, int], results: list[ConvResult]
+            ) -> dict[str, Any]:
     summ = summary(results, gpu)
     return {"row": row.name, "model": row.model, "quality": quality, "gpu_name": gpu,
             "decode_conv_calls": sum(calls.values()),

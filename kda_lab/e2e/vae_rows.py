@@ -297,6 +297,36 @@ LATENTS: dict[str, tuple[int, ...]] = {
     "flux1_vae_decode": (1, 16, 128, 128),
 }
 
+
+@dataclass(frozen=True)
+class RequestVae:
+    """How a VAE row's or a request recipe's decode is built (a recipe's latent is its own)."""
+
+    pipeline_config: str
+    checkpoint: dict[str, Any]
+    tiny_key: str
+    tiny_latent: tuple[int, ...]
+    seed: int
+
+
+# how each VAE row's decode is built (one source for the row and its meta-device decode)
+VAE_SOURCES: dict[str, RequestVae] = {
+    "wan22_vae_decode": RequestVae("wan:FastWan2_2_TI2V_5B_Config", WAN22_VAE, "wan22", (1, 48, 2, 2, 2), 31),
+    "wan21_vae_decode_480p": RequestVae("wan:WanT2V480PConfig", WAN21_VAE, "wan21", (1, 16, 2, 4, 4), 33),
+    "wan21_vae_decode_720p": RequestVae("wan:WanT2V720PConfig", WAN21_VAE, "wan21", (1, 16, 2, 4, 4), 35),
+    "ltx2_vae_decode": RequestVae("ltx_2:LTX2PipelineConfig", LTX2_VAE, "ltx2", (1, 128, 2, 2, 2), 37),
+    "qwen_image_vae_decode": RequestVae("qwen_image:QwenImagePipelineConfig", QWEN_IMAGE_VAE, "qwen",
+                                        (1, 16, 1, 4, 4), 39),
+    "flux1_vae_decode": RequestVae("flux:FluxPipelineConfig", FLUX1_VAE, "flux1", (1, 16, 4, 4), 41),
+}
+
+
+def _source_row(name: str) -> Callable[[str, bool, int | None], Built]:
+    src = VAE_SOURCES[name]
+    return vae_row(src.pipeline_config, src.checkpoint, src.tiny_key, LATENTS[name], src.tiny_latent,
+                   src.seed)
+
+
 VAE_ROWS: tuple[Row, ...] = (
     # FastWan 2.2 TI2V-5B (Wan 2.2 VAE), 704x1280, 121 frames: latent [1, 48, 31, 44, 80] (4x16x16
     # compression);
@@ -309,14 +339,7 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.wanvae:AutoencoderKLWan",
         torch.float32,
         "",
-        vae_row(
-            "wan:FastWan2_2_TI2V_5B_Config",
-            WAN22_VAE,
-            "wan22",
-            LATENTS["wan22_vae_decode"],
-            (1, 48, 2, 2, 2),
-            31,
-        ),
+        _source_row("wan22_vae_decode"),
     ),
     # Wan 2.1 T2V 480P (1.3B config), 480x832, 81 frames: latent [1, 16, 21, 60, 104], bf16 decode. No task
     # row.
@@ -327,9 +350,7 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.wanvae:AutoencoderKLWan",
         torch.bfloat16,
         "",
-        vae_row(
-            "wan:WanT2V480PConfig", WAN21_VAE, "wan21", LATENTS["wan21_vae_decode_480p"], (1, 16, 2, 4, 4), 33
-        ),
+        _source_row("wan21_vae_decode_480p"),
     ),
     # Wan 2.1 T2V 720P (14B config), 720x1280, 81 frames: latent [1, 16, 21, 90, 160], bf16 decode. No task
     # row.
@@ -340,9 +361,7 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.wanvae:AutoencoderKLWan",
         torch.bfloat16,
         "",
-        vae_row(
-            "wan:WanT2V720PConfig", WAN21_VAE, "wan21", LATENTS["wan21_vae_decode_720p"], (1, 16, 2, 4, 4), 35
-        ),
+        _source_row("wan21_vae_decode_720p"),
     ),
     # LTX-2 one-stage, 768x512, 121 frames: latent [1, 128, 16, 16, 24] (32x32 spatial, 8x temporal), bf16,
     # SGLang's
@@ -354,9 +373,7 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.ltx_2_vae:AutoencoderKLLTX2Video",
         torch.bfloat16,
         "",
-        vae_row(
-            "ltx_2:LTX2PipelineConfig", LTX2_VAE, "ltx2", LATENTS["ltx2_vae_decode"], (1, 128, 2, 2, 2), 37
-        ),
+        _source_row("ltx2_vae_decode"),
     ),
     # Qwen-Image 1024x1024: latent [1, 16, 1, 128, 128] (post_denoising_loop's 5-D unpack), bf16. No task row.
     Row(
@@ -366,14 +383,7 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.autoencoder_kl_qwenimage:AutoencoderKLQwenImage",
         torch.bfloat16,
         "",
-        vae_row(
-            "qwen_image:QwenImagePipelineConfig",
-            QWEN_IMAGE_VAE,
-            "qwen",
-            LATENTS["qwen_image_vae_decode"],
-            (1, 16, 1, 4, 4),
-            39,
-        ),
+        _source_row("qwen_image_vae_decode"),
     ),
     # FLUX.1-dev 1024x1024 (Z-Image decodes the same VAE the same way): latent [1, 16, 128, 128], bf16; its
     # GroupNorm+SiLU at 128x1024x1024 is a production row.
@@ -384,23 +394,31 @@ VAE_ROWS: tuple[Row, ...] = (
         "vaes.autoencoder:AutoencoderKL",
         torch.bfloat16,
         "h200_diffusion_group_norm_silu__multi_shape:flux_vae_apply_1x128x1024x1024",
-        vae_row(
-            "flux:FluxPipelineConfig", FLUX1_VAE, "flux1", LATENTS["flux1_vae_decode"], (1, 16, 4, 4), 41
-        ),
+        _source_row("flux1_vae_decode"),
     ),
 )
 VAE_BY_NAME: dict[str, Row] = {r.name: r for r in VAE_ROWS}
 
 
-@dataclass(frozen=True)
-class RequestVae:
-    """How a request recipe's decode is built (``kda e2e --request``; the latent is the recipe's own)."""
-
-    pipeline_config: str
-    checkpoint: dict[str, Any]
-    tiny_key: str
-    tiny_latent: tuple[int, ...]
-    seed: int
+def meta_decode(name: str, tiny: bool = False) -> Callable[[], Any]:
+    """The VAE row ``name``'s decode of its production latent on the ``meta`` device: SGLang's decoder as the
+    loader builds it, in the decode dtype, tiled where the pipeline config tiles, with no data and no
+    compute. Every convolution's shape comes out (``kda e2e --conv-floor --device meta``: the conv work of a
+    decode, on a CPU, in seconds). It calls ``vae.decode`` as the decoding stage does, without the stage's
+    latent scaling, which changes no shape."""
+    src = VAE_SOURCES[name]
+    args = sb.server_args(sb.pipeline_config(src.pipeline_config))
+    checkpoint = {**src.checkpoint, **(TINY[src.tiny_key] if tiny else {})}
+    dtype = sb.decode_dtype(args, "lossless")
+    try:
+        vae = sb.build_vae(args, checkpoint, device="meta", seed=0, init=lambda module, seed: None)
+    except NotImplementedError:  # a constructor that copies data (Qwen-Image's): built on the CPU, then moved
+        vae = sb.build_vae(args, checkpoint, device="cpu", seed=0, init=lambda module, seed: None).to("meta")
+    vae = vae.to(dtype)
+    if args.pipeline_config.vae_tiling and hasattr(vae, "enable_tiling"):
+        vae.enable_tiling()
+    z = torch.empty(src.tiny_latent if tiny else LATENTS[name], device="meta", dtype=dtype)
+    return lambda: vae.decode(z)
 
 
 # hunyuanvideo-community/HunyuanVideo vae/config.json: SGLang's HunyuanVAEArchConfig defaults are this VAE
