@@ -108,8 +108,9 @@ def reference(row: Any, form: Any, device: str, tiny: bool, blocks: int | None, 
 
 # TP sums each row-parallel layer's output from per-worker partial sums rounded to the compute dtype
 # (SGLang's all-reduce of bf16 partials): one more rounding per such layer than one process. Up to twice one
-# process's own distance to the fp32 forward is that; a model that is not the one-process model (a wrong
-# weight shard) is off by O(1). The tiny FLUX.1 DiT at TP 2 on the CPU: 1.6x.
+# process's own distance to the fp32 forward is taken for that; a model that is not the one-process model (a
+# wrong weight shard) would be off by the output's own scale (not measured). Measured: the tiny FLUX.1 DiT at
+# TP 2 on the CPU, 1.6x.
 TP_ERR_RATIO = 2.0
 
 
