@@ -8,11 +8,16 @@ patched forwards check each call's device (``serves``) and run SGLang's own on a
 arch without an impl patches nothing, and ``status()`` says why.
 A fast path whose SGLang module is not imported yet waits for it (``kda_kernels.on_import``), so ``import sglang`` does not
 import the diffusion runtime. Called by ``kda_kernels.overlay`` under its lock; never raises into ``import sglang``.
+``status()[name]["fallbacks"]``: why calls ran SGLang's own forwards since install, by reason: the impl's own
+``fallbacks()``, else, for a registry entry with ``entry`` (an export whose hashed source predates them), the
+entries this module saw the impl decline (its device test not passed) with the reason ``declines`` names.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +27,21 @@ from kda_kernels.registry import ARCH_CAPABILITY, FAST_PATHS, FastPath
 STAMP_KEYS = ("task", "commit", "date", "speedup", "arches")
 _STATE: dict[str, tuple[str, Any, str | None]] = {}  # fast path name -> (arch, installed impl, forced arch)
 _PROBLEMS: dict[str, list[str]] = {}
+# Impls without fallbacks() of their own (FastPath.entry): entries declined since install, by reason
+_DECLINED: dict[str, Counter[str]] = {}
+DEVICE_DECLINE = "device not served (CPU without the Triton interpreter, another arch, or the request's tier)"
+OTHER_DECLINE = "outside the contract (dtype, empty input, autograd recording or torch.compile)"
+
+
+class _Tests(threading.local):
+    """Per thread and fast path: device tests run and passed (the gated ``_device_ok``)."""
+
+    def __init__(self) -> None:
+        self.ran: Counter[str] = Counter()
+        self.passed: Counter[str] = Counter()
+
+
+_tests = _Tests()
 
 
 def stamps(fp: FastPath) -> dict[str, Any]:
@@ -77,7 +97,10 @@ def _gate_device_test(impl: Any, fp: FastPath) -> None:
         return
 
     def device_ok(x: Any, serves: Any) -> bool:
-        return tiers.allows(fp.tier) and test(x, serves)
+        ok = tiers.allows(fp.tier) and test(x, serves)
+        _tests.ran[fp.name] += 1
+        _tests.passed[fp.name] += int(ok)
+        return ok
 
     device_ok.kda_tier_gated = True  # type: ignore[attr-defined]
     mod.__dict__["_device_ok"] = device_ok
@@ -138,11 +161,41 @@ def _activate(fp: FastPath) -> bool:
                 _gate_device_test(impl, fp)
                 impl.install(_serves(arch, forced, fp))
                 _STATE[fp.name] = (arch, impl, forced)
+                if fp.entry and not callable(getattr(impl, "fallbacks", None)):
+                    _observe_entry(fp)
     except Exception as e:  # noqa: BLE001 - a fast path that fails must not break SGLang
         problems.append(f"install failed: {type(e).__name__}: {e}; SGLang's modules unchanged")
     if problems:
         _PROBLEMS[fp.name] = problems
     return not problems
+
+
+def _observe_entry(fp: FastPath) -> None:
+    """Count the calls the impl's patched ``fp.entry`` handed to SGLang's own forward: an entry whose gated
+    device test never passed during the call was declined; why: the device test failed, else the first of
+    ``fp.declines`` that holds on the module, else the rest of the contract. The impl's uninstall() puts SGLang's
+    attribute back (it saved it before this wrapper), which drops the wrapper."""
+    import functools
+
+    cls_name, _, attr = fp.entry.rpartition(".")
+    owner = getattr(importlib.import_module(fp.sglang), cls_name)
+    patched = owner.__dict__[attr]
+    declined = _DECLINED[fp.name] = Counter()
+
+    @functools.wraps(patched)
+    def entry(module: Any, *args: Any, **kwargs: Any) -> Any:
+        ran, passed = _tests.ran[fp.name], _tests.passed[fp.name]
+        out = patched(module, *args, **kwargs)
+        if _tests.passed[fp.name] == passed:
+            if _tests.ran[fp.name] != ran:
+                declined[DEVICE_DECLINE] += 1
+            else:
+                declined[next((why for name, why in fp.declines if getattr(module, name, False)),
+                              OTHER_DECLINE)] += 1
+        return out
+
+    entry.kda_observed_entry = patched  # type: ignore[attr-defined]
+    setattr(owner, attr, entry)
 
 
 def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
@@ -155,6 +208,7 @@ def uninstall(families: Iterable[str] | None = None) -> dict[str, list[str]]:
             on_import.cancel(_key(fp))
         if fp.name in _STATE and (wanted is None or fp.family in wanted):
             _, impl, _ = _STATE.pop(fp.name)
+            _DECLINED.pop(fp.name, None)
             out[fp.name] = impl.uninstall()
     return out
 
@@ -179,7 +233,8 @@ def status() -> dict[str, dict[str, Any]]:
             "problems": list(_PROBLEMS.get(fp.name, ())), "unavailable": None, "builds": {},
             # what the impl serves and, since install, why calls ran SGLang's own forwards (impls that say)
             "contract": getattr(impl, "contract", None),
-            "fallbacks": impl.fallbacks() if callable(getattr(impl, "fallbacks", None)) else None,
+            "fallbacks": (impl.fallbacks() if callable(getattr(impl, "fallbacks", None))
+                          else dict(_DECLINED[fp.name]) if impl is not None and fp.name in _DECLINED else None),
         }
     return out
 

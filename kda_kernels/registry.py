@@ -103,6 +103,12 @@ class FastPath:
     kernels: tuple[str, ...]
     # lowest request quality that may take it (kda_kernels.tiers); a decoder in channels-last moves cuDNN's roundings
     tier: str = "lossless"
+    # For an impl without a fallbacks() of its own (an export whose hashed source predates them): the patched
+    # ``Class.attr`` through which a call enters the fast path, and the module states on which its contract hands
+    # the call to SGLang's own forward, (attribute of the entered module, reason). kda_kernels.fast_paths then
+    # counts each entry the impl declined, by reason, in status()[name]["fallbacks"].
+    entry: str = ""
+    declines: tuple[tuple[str, str], ...] = ()
 
     @property
     def family_module(self) -> str:
@@ -114,8 +120,12 @@ class FastPath:
 
 
 FAST_PATHS: tuple[FastPath, ...] = (
+    # SGLang sets spatial_parallel on every decoder of a HunyuanVideo VAE built with a decode-parallel world > 1
+    # (hunyuanvae.py: AutoencoderKLHunyuanVideo.__init__, _enable_hunyuan_decoder_spatial_parallel), also when a
+    # decode then runs unsplit: the impl hands those decoders to SGLang (their convs exchange halos across ranks)
     FastPath("hunyuanvideo_vae_decoder", "replicate_pad3d", "sglang.multimodal_gen.runtime.models.vaes.hunyuanvae",
-             ("replicate_pad3d", "replicate_pad3d_channels_last")),
+             ("replicate_pad3d", "replicate_pad3d_channels_last"), entry="HunyuanVideoDecoder3D.forward",
+             declines=(("spatial_parallel", "spatial-parallel decoder (SGLang's own forward)"),)),
     # lossless: its RMSNorm sums channels in another order than torch's reduce kernel (the family module)
     FastPath("ltx2_vae_decoder", "ltx2_rms_silu_pad", "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae",
              ("ltx2_rms_silu_pad", "ltx2_pad_cast")),

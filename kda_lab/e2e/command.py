@@ -41,16 +41,30 @@ def table(rows: list[dict[str, Any]]) -> str:
 def cmd_e2e(args: argparse.Namespace) -> int:
     import torch
 
+    from kda_lab.e2e import parallel, runtime, tiering
     from kda_lab.e2e import rows as e2e_rows
-    from kda_lab.e2e import runtime, tiering
     from kda_lab.ledger import e2e as e2e_ledger
     from kda_lab.paths import repo_root
 
     try:
         quality = tiering.check_quality(args.quality)
+        layout = parallel.check(args.sp, args.tp)
     except ValueError as e:
         print(f"kda e2e: {e}", file=sys.stderr)
         return 2
+    if layout is not None and not args.list:  # worker processes, as SGLang's launcher starts them (issue 42)
+        from kda_lab.e2e import multi
+
+        try:
+            rows = e2e_rows.select(args.rows, args.model)
+        except KeyError as e:
+            print(f"kda e2e: {e.args[0]}", file=sys.stderr)
+            return 2
+        blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
+        code, results = multi.run(args, layout, quality, rows, blocks)
+        if results:
+            print(table(results))
+        return code
     if args.request or args.list_requests:
         from kda_lab.e2e import request
 
@@ -65,8 +79,12 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         print(f"kda e2e: --conv-floor measures VAE decode rows; not one: {', '.join(not_vae)}", file=sys.stderr)
         return 2
     if args.list:
+        from kda_lab.e2e.sharded import FORMS
+
         for r in rows:
-            print(f"{r.name:<26} {r.model:<18} {r.module:<52} {r.cites}")
+            if layout is None or r.name in FORMS:
+                split = f"  [{'/'.join(FORMS[r.name].degrees)}: {FORMS[r.name].how}]" if r.name in FORMS else ""
+                print(f"{r.name:<26} {r.model:<18} {r.module:<52} {r.cites}{split}")
         return 0
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.gpu is not None:  # --gpu INDEX|UUID: that GPU, refused when busy (kda_lab.measure.gpu_select)
@@ -154,6 +172,11 @@ def register(subparsers: Any) -> None:
                    help="with --request: run one stage only (a request too long for one call; the report "
                         "puts the latest row of each stage together)")
     p.add_argument("--rows", nargs="+", help="e2e row names (--list shows them)")
+    p.add_argument("--sp", type=int, metavar="N",
+                   help="N worker processes with SGLang's sequence parallelism (--sp-degree N; one per GPU, gloo "
+                        "processes on a CPU): rows with a parallel form (--list --sp N), judged against one process")
+    p.add_argument("--tp", type=int, metavar="N", help="N worker processes with SGLang's tensor parallelism "
+                   "(--tp-size N); with --sp, sp x tp workers")
     p.add_argument("--list", action="store_true", help="list the rows and the production rows they cite")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--aa", action="store_true",

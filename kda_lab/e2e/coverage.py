@@ -26,8 +26,10 @@ def latest_gpu_rows(root: Path) -> list[dict[str, str]]:
     """The latest GPU measurement per (row, quality, stage), superseded runs left out. Not per GPU model:
     which code a request's call sites reach does not hang on it, and a row counted once per GPU would be
     summed twice in :func:`served`. Failed runs are skipped (no coverage); A/A rows ran no KDA code by
-    construction: they say nothing of the path."""
-    return list(latest_rows(e2e_ledger.read(root), _by_row_tier_stage, failed="skip")[0].values())
+    construction: they say nothing of the path. Multi-worker rows (`kda e2e --sp N`) are left out: a worker
+    serves the same call sites as one process, and counting them too would sum a row twice."""
+    rows = [r for r in e2e_ledger.read(root) if not r.get("parallel")]
+    return list(latest_rows(rows, _by_row_tier_stage, failed="skip")[0].values())
 
 
 def served(root: Path, stage: str | None = None) -> dict[str, dict[str, dict[str, int]]]:

@@ -28,14 +28,15 @@ def gpu_label(r: Row) -> tuple[str, bool]:
 
 
 def by_row_tier_gpu(r: Row) -> tuple[str, ...]:
-    """A module row per tier and GPU model: a tier never supersedes another, an H100 run never hides an
-    H200's."""
-    return r["row"], r["quality"], gpu_label(r)[0]
+    """A module row per tier, GPU model and worker layout: a tier never supersedes another, an H100 run
+    never hides an H200's, a multi-GPU run (``parallel``, `kda e2e --sp N`) never a one-process run or one at
+    another degree."""
+    return r["row"], r["quality"], gpu_label(r)[0], r.get("parallel", "")
 
 
 def by_request_stage(r: Row) -> tuple[str, ...]:
-    """A request's stage per tier and GPU model."""
-    return r["request"], r["quality"], gpu_label(r)[0], r["stage"]
+    """A request's stage per tier, GPU model and worker layout."""
+    return r["request"], r["quality"], gpu_label(r)[0], r.get("parallel", ""), r["stage"]
 
 
 def latest_rows(rows: Iterable[Row], key: Callable[[Row], tuple[str, ...]], *,

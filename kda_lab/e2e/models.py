@@ -27,6 +27,8 @@ class Built:
     # the forward of a request at SGLang quality tier q, where the row's own code applies the tier (a decode through
     # the decoding stage); None: kda_lab.e2e.tiering applies it around ``forward``
     at_quality: Callable[[str], Callable[[], Any]] | None = None
+    # the forward's inputs by name, for a row that also runs split across workers (kda_lab.e2e.sharded)
+    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,9 @@ def build_flux(device: str, tiny: bool, blocks: int | None) -> Built:
     t = torch.tensor([0.5], device=device, dtype=dtype)
     g = torch.tensor([3.5], device=device, dtype=dtype)
     return Built(model, _forward_context(lambda: _first(model(x, ctx, pool, t, g))), arch,
-                 f"image tokens {img[1]}, text {list(txt)}")
+                 f"image tokens {img[1]}, text {list(txt)}",
+                 inputs={"hidden_states": x, "encoder_hidden_states": ctx, "pooled_projections": pool,
+                         "timestep": t, "guidance": g})
 
 
 def build_ltx2(device: str, tiny: bool, blocks: int | None, batch: int = 1, text_tokens: int | None = None) -> Built:
@@ -301,7 +305,7 @@ def _hunyuan_vae(device: str, tiny: bool, latent: tuple[int, ...], seed: int, ti
 
     return Built(vae, lambda: run(z), {"block_out_channels": list(cfg.arch_config.block_out_channels),
                                        "tiling": "SGLang default" if tiled else False}, f"latent {list(latent)}",
-                 _in_fp32(vae, run, z, dtype))
+                 _in_fp32(vae, run, z, dtype), inputs={"z": z})
 
 
 def _in_fp32(module: torch.nn.Module, run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,

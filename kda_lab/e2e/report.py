@@ -42,7 +42,7 @@ def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[s
     latest, _ = latest_rows(e2e_ledger.read(root), by_request_stage, stages=("denoise_step", "decode"), aa=aa,
                             failed="after_ok")
     runs: dict[tuple[str, ...], list[dict[str, str]]] = {}
-    for (req, q, arch, _), r in latest.items():
+    for (req, q, arch, _, _), r in latest.items():
         runs.setdefault((req, q, arch), []).append(r)
     ordered = sorted(runs.items(), key=lambda kv: not gpu_label(kv[1][0])[1])
     return [(req, q, summarize(stages), stages) for (req, q, _), stages in ordered]
@@ -51,6 +51,11 @@ def latest_requests(root: Path, aa: bool = False) -> list[tuple[str, str, dict[s
 def family_share(r: dict[str, str]) -> dict[str, float]:
     shares = json.loads(r["shares_off"]) if r.get("shares_off") else {}
     return {k.removeprefix("family:"): v for k, v in shares.items() if k.startswith("family:")}
+
+
+def _layout(r: dict[str, str]) -> str:
+    """" (sp=2 kv_gather=2)" for a multi-worker row (`kda e2e --sp N`), "" for one process."""
+    return f" ({r['parallel']})" if r.get("parallel") else ""
 
 
 def _num(v: str, fmt: str) -> str:
@@ -230,7 +235,7 @@ def section(root: Path) -> str:
         fam_text = ", ".join(f"{k} {v:.1%}" for k, v in sorted(fam.items(), key=lambda kv: -kv[1])) or "0"
         agree = {"1": "yes", "0": "**no**"}.get(r["agree"], "–")
         cites = r["cites"].split(":")[-1] or "–"
-        out.append(f"| `{r['row']}` | {r['model']} | {r['quality']} | {gpu} | `{cites}` | {r['blocks'] or '–'} | "
+        out.append(f"| `{r['row']}`{_layout(r)} | {r['model']} | {r['quality']} | {gpu} | `{cites}` | {r['blocks'] or '–'} | "
                    f"{_num(r['off_device_ms'], '.2f')} | {_num(r['on_device_ms'], '.2f')} | "
                    f"{_num(r['speedup'], '.3f')}× | {_module_aa_cell(a)} | {_num(r['eager_speedup'], '.3f')}× | "
                    f"{agree} | {fam_text} | "
@@ -290,7 +295,8 @@ def draw(root: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     # the GPU is named only off the evidence GPUs, where two bars of one row and tier would otherwise look alike
-    names = [f"{r['row']} ({r['quality']}{'' if gpu_label(r)[1] else ', ' + gpu_label(r)[0]})" for r in rows]
+    names = [f"{r['row']}{_layout(r)} ({r['quality']}{'' if gpu_label(r)[1] else ', ' + gpu_label(r)[0]})"
+             for r in rows]
     speed = [float(r["speedup"]) for r in rows]
     share = [sum(family_share(r).values()) * 100 for r in rows]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 2), 4.2))

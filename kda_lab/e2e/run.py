@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 ENV_COLUMNS = ("gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "git_commit", "git_dirty",
@@ -51,10 +52,14 @@ def _versions() -> dict[str, str]:
 
 def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, seed: int,
             profile: bool, quality: str = "lossless", stage: str = "module", graphs_ok: bool = True,
-            aa: bool = False) -> dict[str, Any]:
+            aa: bool = False, transform: Callable[[Any], Any] | None = None,
+            probe: Callable[[Any, Any], None] | None = None) -> dict[str, Any]:
     """Measure one row at SGLang request ``quality``; every failure becomes a row with status 'failed' and the
     error (never a traceback). ``stage``: a request's stage (``kda_lab.e2e.request``), timed eagerly. ``aa``:
-    both arms with the overlay off (its ``timing`` ends in ``A/A``: the run's noise, not a speedup)."""
+    both arms with the overlay off (its ``timing`` ends in ``A/A``: the run's noise, not a speedup).
+    ``transform``: the built row as it runs instead (a worker's split inputs, kda_lab.e2e.sharded); ``probe``:
+    called with the overlay-off and overlay-on outputs of the agreement forwards while the overlay is still
+    installed (a worker reads ``kda_kernels.status()`` there, kda_lab.e2e.workers)."""
     import torch
 
     from kda_lab.e2e import measure, runtime, tiering
@@ -71,6 +76,8 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
     built = None
     try:
         built = row.build(device, tiny, blocks)
+        if transform is not None:
+            built = transform(built)
         rec["config"] = json.dumps(built.config, sort_keys=True, default=str)
         rec["shape"] = built.shape
         if not cuda:
@@ -99,6 +106,8 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
             with trace_impl_calls() as ran:  # judged by the kernels that ran in this model, not every promotion
                 out = forward().detach().clone()
             rec["coverage_on"] = json.dumps(ran.calls, sort_keys=True)
+            if probe is not None:
+                probe(ref, out)
             measure.overlay(False)
             if quality == "exact":  # SGLang's promise for the exact tier, kept through the overlay: bit for bit
                 tol = measure.Tolerance(0.0, 0.0, "exact tier: bit for bit")

@@ -18,8 +18,6 @@ rows), never by editing.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from pathlib import Path
@@ -29,11 +27,13 @@ from kda_lab.evidence import gpu_model_arch
 from kda_lab.ledger.store import (
     LedgerError,
     append_locked,
+    append_versioned_csv,
+    as_newest,
     chain,
-    chained_csv,
     now_iso,
     read_text,
     row_content,
+    schema_records,
     validate_against_git,
     validate_git_history,
 )
@@ -98,42 +98,14 @@ RUN_EVENTS = ("check", "interpret", "bench")  # events whose evidence.run_id nam
 
 # ---------------------------------------------------------------- benchmark.csv
 
-def _records(text: str) -> list[tuple[int, list[str]]]:
-    """(line number, fields) of every CSV record, header lines included."""
-    reader = csv.reader(io.StringIO(text))
-    out = []
-    for fields in reader:
-        out.append((reader.line_num, fields))
-    return out
-
-
 def _parse_benchmark(text: str, where: str) -> tuple[list[tuple[int, tuple[str, ...], list[str]]], list[str]]:
     """Data records with the schema in force at each (a known header line switches it, oldest to newest),
     and the structural problems (unknown or backwards header, wrong number of fields)."""
-    rows: list[tuple[int, tuple[str, ...], list[str]]] = []
-    problems: list[str] = []
-    columns: tuple[str, ...] | None = None
-    for line, fields in _records(text):
-        schema = tuple(fields)
-        if schema in BENCHMARK_SCHEMAS:
-            if columns is not None and BENCHMARK_SCHEMAS.index(schema) <= BENCHMARK_SCHEMAS.index(columns):
-                problems.append(f"{where}:{line}: header line repeated or older than the one above it")
-            columns = schema
-            continue
-        if columns is None:
-            problems.append(f"{where}:{line}: header differs from the fixed schema (kda_lab.ledger.BENCHMARK_COLUMNS)")
-            return rows, problems
-        if len(fields) != len(columns):
-            problems.append(f"{where}:{line}: wrong number of fields ({len(fields)}, the schema has {len(columns)})")
-            continue
-        rows.append((line, columns, fields))
-    return rows, problems
+    return schema_records(text, BENCHMARK_SCHEMAS, where, "kda_lab.ledger.BENCHMARK_COLUMNS")
 
 
 def _as_row(columns: tuple[str, ...], fields: list[str]) -> dict[str, str]:
-    row = dict.fromkeys(BENCHMARK_COLUMNS, "")
-    row.update(zip(columns, fields, strict=True))
-    return row
+    return as_newest(columns, fields, BENCHMARK_COLUMNS)
 
 
 def read_benchmark_rows(task_dir: Path) -> list[dict[str, str]]:
@@ -151,33 +123,12 @@ def benchmark_rows_from_text(text: str, where: str) -> list[dict[str, str]]:
     return [_as_row(columns, fields) for _, columns, fields in rows]
 
 
-def _lastchain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
-    if not rows:
-        return ""
-    _, columns, fields = rows[-1]
-    return fields[columns.index("chain")]
-
-
 def append_benchmark_rows(task_dir: Path, rows: list[dict[str, Any]]) -> None:
     """Append rows (unknown keys rejected, missing keys empty), extending the hash chain from the last row in the
     file under an exclusive lock (kda_lab.ledger.store.append_locked). A ledger written under an older schema gets the
     current header line first (its rows stay as they are)."""
-    path = Path(task_dir) / BENCHMARK_FILE
-
-    def build(text: str) -> str:
-        if text and not text.endswith("\n"):
-            raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
-        existing, problems = _parse_benchmark(text, path.name)
-        if problems:
-            raise LedgerError(f"{path}: {problems[0]}; run `kda validate`")
-        header_in_force = None
-        for _, fields in _records(text):
-            if tuple(fields) in BENCHMARK_SCHEMAS:
-                header_in_force = tuple(fields)
-        return chained_csv(BENCHMARK_COLUMNS, rows, _lastchain(existing), header=header_in_force != BENCHMARK_COLUMNS,
-                           name=BENCHMARK_FILE)
-
-    append_locked(path, build)
+    append_versioned_csv(Path(task_dir) / BENCHMARK_FILE, BENCHMARK_SCHEMAS, rows, name=BENCHMARK_FILE,
+                         fixed="kda_lab.ledger.BENCHMARK_COLUMNS")
 
 
 def header_line() -> str:

@@ -22,7 +22,6 @@ as several tarballs that each extend the same base. Per ledger file:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import sys
@@ -30,9 +29,9 @@ import tarfile
 from pathlib import Path
 
 from kda_lab import ledger
-from kda_lab.ledger import store
+from kda_lab.ledger import e2e
 
-E2E_LEDGER = "e2e/rows.csv"  # one-schema CSV ledger: its own header line gives its columns (kda_lab.ledger.store)
+E2E_LEDGER = "e2e/rows.csv"  # versioned CSV ledger: kda_lab.ledger.e2e reads and appends it
 
 
 class BoxLedgerError(RuntimeError):
@@ -51,8 +50,8 @@ def _new_rows(kind: str, base: str, box: str, rel: str) -> list[dict]:
             old, new = ledger.benchmark_rows_from_text(base, rel), ledger.benchmark_rows_from_text(box, rel)
         elif kind == "solutions":
             old, new = [], [json.loads(ln) for ln in box[len(base):].splitlines() if ln.strip()]
-        else:
-            old, new = store.csv_rows(base), store.csv_rows(box)
+        else:  # the e2e ledger, over its newest schema (kda_lab.ledger.e2e)
+            old, new = e2e.rows_from_text(base), e2e.rows_from_text(box)
     except ledger.LedgerError as e:
         raise BoxLedgerError(str(e)) from e
     return [{k: v for k, v in r.items() if k != "chain"} for r in new[len(old):]]
@@ -105,8 +104,7 @@ def merge_file(root: Path, commit: str, rel: str, box: str) -> str:
         for r in fresh:
             ledger.append_solution(path.parent, **r)
     else:
-        header = tuple(next(csv.reader([local.splitlines()[0]])))
-        store.append_csv(path, header, fresh, name=rel)
+        e2e.append(root, fresh)
     skipped = len(rows) - len(fresh)
     return f"appended {len(fresh)} rows" + (f" ({skipped} already here, skipped)" if skipped else "")
 

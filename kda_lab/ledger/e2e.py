@@ -10,10 +10,20 @@ fixed by a run that names the run it supersedes, never by editing. `kda e2e` (kd
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from kda_lab.ledger.store import LedgerError, append_csv, csv_rows, read_text, validate_csv
+from kda_lab.ledger.store import (
+    LedgerError,
+    append_versioned_csv,
+    as_newest,
+    csv_rows,
+    read_text,
+    schema_records,
+    validate_csv,
+    validate_versioned_csv,
+)
 
 E2E_DIR = "e2e"
 # Frozen: the runs before quality tiers (module forwards with no tier, no loader transforms; every promoted kernel
@@ -39,7 +49,7 @@ E2E_FILE = "rows.csv"
 # fast path, calls served by KDA and by SGLang; fusions: SGLang's quality-gated fusions and VAE fast paths mounted;
 # top_kernels_*: the stage's kernels outside GEMM and attention by device time; split_* / conv_tflops_* (VAE rows):
 # device ms per decode bucket (kernels.vae_split) and the convolutions' FLOPs over their device time.
-E2E_COLUMNS: tuple[str, ...] = (
+_E1: tuple[str, ...] = (
     "ts", "run_id", "arch", "row", "model", "module", "kind", "quality", "stage", "request", "steps",
     "cites", "config", "shape", "dtype", "blocks", "tiny", "timing", "trials", "seed",
     "off_device_ms", "off_device_p10_ms", "off_device_p90_ms", "on_device_ms", "on_device_p10_ms", "on_device_p90_ms",
@@ -54,6 +64,21 @@ E2E_COLUMNS: tuple[str, ...] = (
     "gpu_name", "gpu_cc", "driver", "torch", "triton", "cuda", "sglang", "transformers", "diffusers",
     "git_commit", "git_dirty", "command", "supersedes", "chain",
 )
+
+
+def _after(schema: tuple[str, ...], anchor: str, added: tuple[str, ...]) -> tuple[str, ...]:
+    k = schema.index(anchor) + 1
+    return schema[:k] + added + schema[k:]
+
+
+# v2 (issue 42): parallel: the worker layout of a multi-process run (`kda e2e --sp N` / `--tp N`,
+# kda_lab.e2e.parallel: "sp=2 kv_gather=2", "tp=2"; "" = one process, every older row), a row at one layout never
+# supersedes one at another; workers: JSON, per worker its kda_kernels.status() digest (installed functions, arch,
+# call sites rebound, fast-path fallbacks), its agreement and its output against one process (kda_lab.e2e.workers).
+_E2 = _after(_after(_E1, "stage", ("parallel",)), "overlay", ("workers",))
+E2E_SCHEMAS: tuple[tuple[str, ...], ...] = (_E1, _E2)
+E2E_COLUMNS: tuple[str, ...] = E2E_SCHEMAS[-1]
+SCHEMA_NAME = "kda_lab.ledger.e2e.E2E_COLUMNS"
 FLOATS = tuple(c for c in E2E_COLUMNS if c.endswith("_ms") or c.startswith("conv_tflops")
                or c in ("speedup", "eager_speedup", "max_abs_err"))
 STATUSES = ("ok", "disagree", "failed")
@@ -68,7 +93,7 @@ def path(root: Path, file: str = E2E_FILE) -> Path:
 
 def read(root: Path, file: str = E2E_FILE) -> list[dict[str, str]]:
     p = path(root, file)
-    return rows_from_text(read_text(p)) if p.exists() else []
+    return rows_from_text(read_text(p), file) if p.exists() else []
 
 
 def read_legacy(root: Path) -> list[dict[str, str]]:
@@ -77,9 +102,15 @@ def read_legacy(root: Path) -> list[dict[str, str]]:
             for r in read(root, LEGACY_FILE)]
 
 
-def rows_from_text(text: str) -> list[dict[str, str]]:
-    """:func:`read` of an e2e ledger's text."""
-    return csv_rows(text)
+def rows_from_text(text: str, file: str = E2E_FILE) -> list[dict[str, str]]:
+    """:func:`read` of an e2e ledger's text: every row over the newest schema (the columns a row's schema lacks
+    are ""); the frozen legacy file has one schema of its own. A record that does not parse is a LedgerError."""
+    if file == LEGACY_FILE:
+        return csv_rows(text)
+    records, problems = schema_records(text, E2E_SCHEMAS, file, SCHEMA_NAME)
+    if problems:
+        raise LedgerError(f"{E2E_DIR}/{file}: {problems[0]} (run `kda validate`)")
+    return [as_newest(columns, fields, E2E_COLUMNS) for _, columns, fields in records]
 
 
 AA_MARK = " A/A"  # the end of an A/A row's `timing`: both arms ran with the overlay off (kda e2e --aa)
@@ -112,6 +143,24 @@ def _row_problem(row: dict[str, Any]) -> str:
         return f"stage {row.get('stage')!r} not in {STAGES}"
     if aa_ran_kda(row):
         return "an A/A row's second arm ran KDA code: it is not an A/A measurement"
+    return _layout_problem(row.get("parallel") or "", row.get("workers") or "")
+
+
+PARALLEL = re.compile(r"(sp=\d+( (kv_gather|ulysses|ring)=\d+)*)?( ?tp=\d+)?")
+
+
+def _layout_problem(parallel: str, workers: str) -> str:
+    """A multi-worker row names its layout (kda_lab.e2e.parallel.label) and holds one JSON record per worker."""
+    if not parallel:
+        return "workers recorded on a one-process row (no parallel layout)" if workers else ""
+    if not PARALLEL.fullmatch(parallel):
+        return f"parallel {parallel!r} is not a worker layout like 'sp=2 kv_gather=2' or 'tp=2'"
+    try:
+        records = json.loads(workers)
+    except ValueError:
+        records = None
+    if not isinstance(records, list) or not records or not all(isinstance(w, dict) for w in records):
+        return f"a {parallel} row needs its workers column: a JSON list, one record per worker"
     return ""
 
 
@@ -123,7 +172,8 @@ def append(root: Path, rows: list[dict[str, Any]]) -> None:
         if why:
             raise LedgerError(why)
 
-    append_csv(path(root), E2E_COLUMNS, rows, name=f"{E2E_DIR}/{E2E_FILE}", check=check)
+    append_versioned_csv(path(root), E2E_SCHEMAS, rows, name=f"{E2E_DIR}/{E2E_FILE}", fixed=SCHEMA_NAME,
+                         check=check)
 
 
 def validate(root: Path) -> list[str]:
@@ -136,5 +186,5 @@ def validate(root: Path) -> list[str]:
     legacy_floats = tuple(c for c in FLOATS if c in LEGACY_COLUMNS)
     return (validate_csv(path(root, LEGACY_FILE), LEGACY_COLUMNS, f"{E2E_DIR}/{LEGACY_FILE}", legacy_floats, ENV,
                          check=legacy_status, unique=("run_id", "row"))
-            + validate_csv(path(root), E2E_COLUMNS, f"{E2E_DIR}/{E2E_FILE}", FLOATS, ENV, check=_row_problem,
-                           unique=("run_id", "row", "quality", "stage")))
+            + validate_versioned_csv(path(root), E2E_SCHEMAS, f"{E2E_DIR}/{E2E_FILE}", SCHEMA_NAME, FLOATS, ENV,
+                                     check=_row_problem, unique=("run_id", "row", "quality", "stage", "parallel")))

@@ -204,6 +204,151 @@ def validate_csv(
     return problems + validate_git_history(path) + validate_against_git(path)
 
 
+# ---------------------------------------------------------------- versioned CSV (benchmark.csv, e2e/rows.csv)
+# A ledger whose columns grew keeps one fixed schema per version, oldest first. Appending to a file written
+# under an older schema first appends the newest header line (the migration); the rows above it keep their
+# schema and their chain (never rewritten). Readers fill the columns a row's schema lacks with "".
+
+
+def csv_records(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of every CSV record, header lines included."""
+    reader = csv.reader(io.StringIO(text))
+    return [(reader.line_num, fields) for fields in reader]
+
+
+def schema_records(text: str, schemas: tuple[tuple[str, ...], ...], where: str, fixed: str
+                   ) -> tuple[list[tuple[int, tuple[str, ...], list[str]]], list[str]]:
+    """Data records with the schema in force at each (a known header line switches it, oldest to newest),
+    and the structural problems (unknown or backwards header, wrong number of fields). ``fixed`` names the
+    schema in the messages."""
+    rows: list[tuple[int, tuple[str, ...], list[str]]] = []
+    problems: list[str] = []
+    columns: tuple[str, ...] | None = None
+    for line, fields in csv_records(text):
+        schema = tuple(fields)
+        if schema in schemas:
+            if columns is not None and schemas.index(schema) <= schemas.index(columns):
+                problems.append(f"{where}:{line}: header line repeated or older than the one above it")
+            columns = schema
+            continue
+        if columns is None:
+            problems.append(f"{where}:{line}: header differs from the fixed schema ({fixed})")
+            return rows, problems
+        if len(fields) != len(columns):
+            problems.append(
+                f"{where}:{line}: wrong number of fields ({len(fields)}, the schema has {len(columns)})")
+            continue
+        rows.append((line, columns, fields))
+    return rows, problems
+
+
+def as_newest(columns: tuple[str, ...], fields: list[str], newest: tuple[str, ...]) -> dict[str, str]:
+    """A record as a dict over the newest schema (the columns its own schema lacks are "")."""
+    row = dict.fromkeys(newest, "")
+    row.update(zip(columns, fields, strict=True))
+    return row
+
+
+def last_chain(rows: list[tuple[int, tuple[str, ...], list[str]]]) -> str:
+    if not rows:
+        return ""
+    _, columns, fields = rows[-1]
+    return fields[columns.index("chain")]
+
+
+def header_in_force(text: str, schemas: tuple[tuple[str, ...], ...]) -> tuple[str, ...] | None:
+    """The last known header line of a ledger's text (the schema new rows would be read under)."""
+    found = None
+    for _, fields in csv_records(text):
+        if tuple(fields) in schemas:
+            found = tuple(fields)
+    return found
+
+
+def append_versioned_csv(
+    path: Path,
+    schemas: tuple[tuple[str, ...], ...],
+    rows: list[dict[str, Any]],
+    name: str,
+    fixed: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Append ``rows`` under the newest schema, chained from the last row in the file, under the lock; a file
+    written under an older schema gets the newest header line first (its rows stay as they are)."""
+    newest = schemas[-1]
+
+    def build(text: str) -> str:
+        if text and not text.endswith("\n"):
+            raise LedgerError(f"{path}: the last line is cut (no newline at the end); run `kda validate`")
+        existing, problems = schema_records(text, schemas, Path(path).name, fixed)
+        if problems:
+            raise LedgerError(f"{path}: {problems[0]}; run `kda validate`")
+        header = header_in_force(text, schemas) != newest
+        return chained_csv(newest, rows, last_chain(existing), header=header, name=name, check=check)
+
+    append_locked(path, build)
+
+
+def validate_versioned_csv(
+    path: Path,
+    schemas: tuple[tuple[str, ...], ...],
+    name: str,
+    fixed: str,
+    floats: tuple[str, ...],
+    env: tuple[str, ...],
+    check: Callable[[dict[str, str]], str] | None = None,
+    unique: tuple[str, ...] = (),
+) -> list[str]:
+    """:func:`validate_csv` for a ledger with schema versions: each row is checked over the newest schema
+    (the columns its own lacks read as ""), its chain over its own schema; ``env`` columns are required where
+    the row's schema has them."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        text = read_text(path)
+    except LedgerError as e:
+        return [str(e)]
+    if not text:
+        return [f"{name}: header differs from the fixed schema ({fixed})"]
+    records, problems = schema_records(text, schemas, name, fixed)
+    if problems and not records and "header differs" in problems[0]:
+        return problems
+    prev = ""
+    seen: dict[tuple[str, ...], str] = {}
+    for line, columns, fields in records:
+        where = f"{name}:{line}"
+        own = dict(zip(columns, fields, strict=True))
+        row = as_newest(columns, fields, schemas[-1])
+        why = check(row) if check is not None else ""
+        if why:
+            problems.append(f"{where}: {why}")
+        for c in floats:
+            if row.get(c):
+                try:
+                    float(row[c])
+                except ValueError:
+                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
+        missing = [c for c in env if c in own and not own[c]]
+        if missing:
+            problems.append(f"{where}: environment columns empty: {missing}")
+        if unique:
+            key = tuple(row[c] for c in unique)
+            if key in seen:
+                problems.append(
+                    f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): a run "
+                    "was appended twice"
+                )
+            seen.setdefault(key, where)
+        if own["chain"] != chain(prev, row_content(own, columns)):
+            problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
+            return problems
+        prev = own["chain"]
+    if not text.endswith("\n"):
+        problems.append(f"{name}: the last line is cut (no newline at the end of the file)")
+    return problems + validate_git_history(path) + validate_against_git(path)
+
+
 # ---------------------------------------------------------------- git history
 
 
