@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,23 +15,66 @@ import torch
 from kda_lab.e2e import conv_floor
 from tests.conftest import REPO
 
+# One process for everything that needs SGLang's runtime (process-global; each import costs ~10 s on CI):
+# the documented commands through kda's own main(), and the meta decode against SGLang's CPU decode.
+_SCRIPT = """
+import contextlib, io, json, sys, torch
+from kda_lab.cli import main
+from kda_lab.e2e.runtime import init_sglang, native_custom_ops
+
+out_dir = sys.argv[1]
+res = {}
+for key, argv in (("dit_row", ["e2e", "--conv-floor", "--rows", "zimage_dit", "--device", "cpu"]),
+                  ("meta_no_floor", ["e2e", "--rows", "wan22_vae_decode", "--device", "meta",
+                                     "--no-record"])):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        res[key] = [main(argv), err.getvalue()]
+init_sglang("cpu")
+for key, device in (("cpu", "cpu"), ("meta", "meta")):
+    res[key] = main(["e2e", "--conv-floor", "--rows", "wan22_vae_decode", "--device", device, "--out",
+                     f"{out_dir}/{key}"])
+from kda_lab.e2e import conv_floor, vae_rows
+
+def key(calls):  # the memory-format flag aside: a meta kernel may give an op's output other strides
+    out = {}
+    for c, n in calls.items():
+        k = repr({**c.__dict__, "channels_last": None})
+        out[k] = out.get(k, 0) + n
+    return sorted(out.items())
+
+for name in vae_rows.VAE_SOURCES:
+    built = vae_rows.VAE_BY_NAME[name].build("cpu", True, None)
+    native_custom_ops(built.module)
+    with torch.no_grad(), conv_floor.capture() as real:
+        built.forward()
+    with torch.no_grad(), conv_floor.capture() as meta:
+        vae_rows.meta_decode(name, tiny=True)()
+    res[name] = [key(real) == key(meta), sum(real.values())]
+print("CONV-FLOOR " + json.dumps(res))
+"""
+
 
 @pytest.fixture(scope="module")
-def wan22(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("conv_floor")
     before = (REPO / "e2e" / "rows.csv").read_bytes()
-    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--conv-floor", "--rows", "wan22_vae_decode",
-                        "--device", "cpu", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-c", _SCRIPT, str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=900)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("CONV-FLOOR ")]
+    assert r.returncode == 0 and lines, r.stderr[-3000:]
     assert (REPO / "e2e" / "rows.csv").read_bytes() == before, "--conv-floor must not append to e2e/rows.csv"
-    files = list(out.glob("conv-floor-wan22_vae_decode-*.json"))
-    assert len(files) == 1, files
-    return {"rec": json.loads(files[0].read_text()), "stdout": r.stdout}
+    recs = {}
+    for key in ("cpu", "meta"):
+        files = list((out / key).glob("conv-floor-wan22_vae_decode-*.json"))
+        assert len(files) == 1, (key, files)
+        recs[key] = json.loads(files[0].read_text())
+    return {"res": json.loads(lines[-1].removeprefix("CONV-FLOOR ")), **recs, "stdout": r.stdout}
 
 
-def test_capture_counts_every_convolution_of_sglangs_decode(wan22: dict[str, Any]) -> None:
-    rec = wan22["rec"]
+def test_capture_counts_every_convolution_of_sglangs_decode(session: dict[str, Any]) -> None:
+    assert session["res"]["cpu"] == 0
+    rec = session["cpu"]
     # every captured convolution was replayed
     assert sum(r["count"] for r in rec["results"]) == rec["decode_conv_calls"] > 10
     gflop = sum(r["gflop"] * r["count"] for r in rec["results"])
@@ -42,7 +84,30 @@ def test_capture_counts_every_convolution_of_sglangs_decode(wan22: dict[str, Any
     assert set(rec["summary"]["variants"]) == {"sglang"}
     assert all(r["times"]["sglang"]["ms"] > 0 for r in rec["results"])
     assert rec["quality"] == "lossless" and rec["env"]["git_commit"]
-    assert "all " in wan22["stdout"] and "distinct" in wan22["stdout"]
+    assert "all " in session["stdout"] and "distinct" in session["stdout"]
+
+
+def test_the_meta_decode_runs_the_convolutions_of_sglangs_decode(session: dict[str, Any]) -> None:
+    """``--device meta`` (no data) sees the same convolutions as SGLang's own CPU decode of every VAE row's
+    tiny configuration; at production size it counts the Wan 2.2 decode's work, with no timing."""
+    from kda_lab.e2e.vae_rows import VAE_SOURCES
+
+    res = session["res"]
+    for name in VAE_SOURCES:
+        same, calls = res[name]
+        assert same and calls > 10, (name, res[name])
+    assert res["meta"] == 0
+    rec = session["meta"]
+    # 31 latent frames through SGLang's chunked causal decoder: 1208 conv calls, 2.01 PFLOP (2 x MACs)
+    assert rec["decode_conv_calls"] == 1208 and round(rec["decode_conv_gflop"] / 1e3, 1) == 2009.6
+    assert rec["gpu_name"] == "meta (shapes only)" and rec["summary"]["variants"] == {}
+
+
+def test_conv_floor_refuses_a_dit_row_and_meta_without_it(session: dict[str, Any]) -> None:
+    rc, err = session["res"]["dit_row"]
+    assert rc == 2 and "--conv-floor measures VAE decode rows; not one: zimage_dit" in err
+    rc, err = session["res"]["meta_no_floor"]
+    assert rc == 2 and "--device meta runs no data" in err
 
 
 def test_capture_sees_what_aten_convolution_sees() -> None:
@@ -113,65 +178,6 @@ def test_a_variant_missing_on_one_conv_has_no_floor() -> None:
     assert s["variants"]["sglang"]["peak_tflops"] == conv_floor.PEAK_TFLOPS[("H200", "tf32")]
     with pytest.raises(ValueError, match="unknown conv-floor variant"):
         conv_floor._runner(a, "fp8", torch.zeros(1), torch.zeros(1), None)
-
-
-_META_VS_REAL = """
-import json, torch
-from kda_lab.e2e.runtime import init_sglang, native_custom_ops
-init_sglang("cpu")
-from kda_lab.e2e import conv_floor, vae_rows
-
-def key(calls):  # the memory-format flag aside: a meta kernel may give an op's output other strides
-    out = {}
-    for c, n in calls.items():
-        k = repr({**c.__dict__, "channels_last": None})
-        out[k] = out.get(k, 0) + n
-    return sorted(out.items())
-
-out = {}
-for name in vae_rows.VAE_SOURCES:
-    built = vae_rows.VAE_BY_NAME[name].build("cpu", True, None)
-    native_custom_ops(built.module)
-    with torch.no_grad(), conv_floor.capture() as real:
-        built.forward()
-    with torch.no_grad(), conv_floor.capture() as meta:
-        vae_rows.meta_decode(name, tiny=True)()
-    out[name] = [key(real) == key(meta), sum(real.values())]
-with torch.no_grad(), conv_floor.capture() as prod:
-    vae_rows.meta_decode("wan22_vae_decode")()
-out["wan22_production"] = [sum(prod.values()), sum(c.flops * n for c, n in prod.items())]
-print("META " + json.dumps(out))
-"""
-
-
-def test_the_meta_decode_runs_the_convolutions_of_sglangs_decode() -> None:
-    """``--device meta`` (no data) sees the same convolutions as SGLang's own CPU decode of every VAE row's
-    tiny configuration; at production size it counts the Wan 2.2 decode's work in seconds."""
-    r = subprocess.run([sys.executable, "-c", _META_VS_REAL], cwd=REPO, capture_output=True, text=True,
-                       timeout=600)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("META ")]
-    assert r.returncode == 0 and lines, r.stderr[-3000:]
-    out = json.loads(lines[-1].removeprefix("META "))
-    from kda_lab.e2e.vae_rows import VAE_SOURCES
-
-    for name in VAE_SOURCES:
-        same, calls = out[name]
-        assert same and calls > 10, (name, out[name])
-    calls, flops = out["wan22_production"]
-    # 31 latent frames through SGLang's chunked causal decoder: 1208 conv calls, 2.01 PFLOP (2 x MACs)
-    assert calls == 1208 and round(flops / 1e12, 1) == 2009.6
-
-
-def test_conv_floor_refuses_a_dit_row(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--conv-floor", "--rows", "zimage_dit",
-                        "--device", "cpu", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2
-    assert "--conv-floor measures VAE decode rows; not one: zimage_dit" in r.stderr
-    assert not list(tmp_path.iterdir())
-    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--rows", "wan22_vae_decode", "--device",
-                        "meta", "--no-record"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "--device meta runs no data" in r.stderr
 
 
 def test_frames_2d_is_the_3d_conv_summed_over_time_taps() -> None:

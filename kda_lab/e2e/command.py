@@ -96,7 +96,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     tiny = args.tiny or device == "cpu"
     blocks = args.blocks if args.blocks is not None else (None if args.full else DEFAULT_BLOCKS)
     try:
-        runtime.init_sglang(device, args.attention_backend)
+        runtime.init_sglang("cpu" if device == "meta" else device, args.attention_backend)  # meta: the host's
     except Exception as e:  # noqa: BLE001 - a missing import dep or a broken SGLang: one clear line, exit 2
         print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e} "
               "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
