@@ -511,7 +511,7 @@ def test_compile_faster_on_one_row_is_listed_and_the_family_is_not_won(tmp_path:
     assert f.won is False and peers.won(t) is False
     lb = report.render_leaderboard([t])
     assert f"| fuse_scale_shift | c001 | run `r-c001` | `{row}` | torch.compile | 2.000× |" in lb
-    assert f"**A peer beats the candidate c001 on 1 rows:** `{row}` (torch.compile 2.000× faster)." in lb
+    assert f"**A peer beats the candidate c001 on 1 row:** `{row}` (torch.compile 2.000× faster)." in lb
     cell = peers.vs_best_peer_cell(t)
     assert cell.startswith(f"{f.geomean:.3f}×, worst 0.500×, not won; a peer faster on 1 row"), cell
     assert "compile counted where its oracle verdict was recorded" in markdown.TABLE_LEGEND
