@@ -16,7 +16,7 @@ from kda_lab.report.cells import times
 from kda_lab.report.model import COMPILE_PEER, Run, TaskReport, compile_state
 
 PEERS_DOC = Path("docs/peers.md")
-PEER_SET = "QuACK, Liger, FlashInfer and torch.compile"
+PEER_SET = "QuACK, Liger, FlashInfer, torch SDPA's fused backends, sgl_kernel's FA3 and torch.compile"
 
 
 @dataclass
