@@ -66,9 +66,9 @@ def _sgl_int8_scaled_mm() -> Callable[..., torch.Tensor]:
     except ImportError as e:
         raise BaselineUnavailable(
             f"the int8_scaled_mm baseline is sgl_kernel.int8_scaled_mm (SGLang 0.5.23's W8A8 GEMM), and sgl_kernel "
-            f"does not import here: {e}. Install the sgl-kernel wheel matching SGLang 0.5.23 for this CUDA/torch "
-            f"(`pip install sgl-kernel`) on the GPU machine; the offline box's staged environment "
-            f"(scripts/gpu_stage.sh) does not include it.") from e
+            f"does not import here: {e}. On the offline box carry sgl_kernel's core, .gpu-stage-d1 "
+            f"(scripts/gpu_stage_sgl_kernel.sh, docs/gpu-box.md); elsewhere install the sgl-kernel wheel of "
+            f"requirements/sgl-kernel.txt for this CUDA/torch.") from e
     return int8_scaled_mm
 
 
