@@ -33,11 +33,16 @@ from kda_lab.report.model import (
     Run,
     TaskReport,
     collect,
-    correct_peer_times,
     plot_names,
 )
-from kda_lab.report.peers import PEERS_DOC, beaten_section, peers_doc, task_peer_lines, vs_best_peer_cell
-from kda_lab.task.flop_model import DENSE_HALF_PEAK_TFLOPS, tflops
+from kda_lab.report.peers import (
+    PEERS_DOC,
+    beaten_section,
+    compute_table,
+    peers_doc,
+    task_peer_lines,
+    vs_best_peer_cell,
+)
 
 START_MARKER = "<!-- kda:tasks:start -->"
 END_MARKER = "<!-- kda:tasks:end -->"
@@ -130,40 +135,6 @@ def _row_table(t: TaskReport, run: Run) -> list[str]:
         out.append("| " + " | ".join(cells) + " |")
     return out
 
-
-
-def compute_table(t: TaskReport) -> list[str]:
-    """For a family with a FLOP model: per production row, TFLOP/s and the share of the arch's dense half-precision
-    peak of SGLang, the candidate and every peer the oracle passed (the peer tables' evidence: the same run, or
-    the table merged across box calls)."""
-    run = t.peer_view() or t.baseline_run()
-    if not t.flops or run is None:
-        return []
-    by_row = {r["row"]: r for r in run.rows}
-    names = [n for n, _ in t.production if n in by_row and n in t.flops]
-    if not names:
-        return []
-    peers = sorted({p for n in names for p, _ in correct_peer_times(by_row[n])})
-    bench = run.mode == "bench"
-    peak = DENSE_HALF_PEAK_TFLOPS.get(t.arch)
-
-    def cell(flops: float, us: float | None) -> str:
-        v = tflops(flops, us)
-        if v is None:
-            return "–"
-        return f"{v:.0f} ({v / peak:.0%})" if peak else f"{v:.0f}"
-
-    sides = ["SGLang"] + (["candidate"] if bench else []) + peers
-    peak_text = f"the {t.arch.upper()}'s dense bf16 peak, {peak:.0f} TFLOP/s" if peak else "no peak on record"
-    out = [f"TFLOP/s per production row, run {run.label} (share of {peak_text}; FLOPs: kda_lab/task/flop_model.py; "
-           "peers only where the oracle passed them):", "",
-           "| row | GFLOP | " + " | ".join(sides) + " |", "|---|---:|" + "---:|" * len(sides)]
-    for n in names:
-        r, f = by_row[n], t.flops[n]
-        peer_us = dict(correct_peer_times(r))
-        us = [r["baseline_us"]] + ([r["candidate_us"]] if bench else []) + [peer_us.get(p) for p in peers]
-        out.append(f"| `{n}` | {f / 1e9:.1f} | " + " | ".join(cell(f, u) for u in us) + " |")
-    return out + [""]
 
 
 def task_section(t: TaskReport) -> str:

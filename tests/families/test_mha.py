@@ -585,8 +585,8 @@ def test_bench_prints_tflops_against_the_h200_peak() -> None:
 
 
 def test_the_report_shows_tflops_per_row_and_peer() -> None:
-    from kda_lab.report.markdown import compute_table
     from kda_lab.report.model import Run, TaskReport
+    from kda_lab.report.peers import compute_table, peers_doc
 
     rows = [{"row": "a", "baseline_us": 100.0, "candidate_us": None, "compile_us": None,
              "peers": {"sdpa_cudnn": {"verdict": "ok", "us": 50.0}, "sage": {"verdict": "unavailable"}}}]
@@ -597,4 +597,6 @@ def test_the_report_shows_tflops_per_row_and_peer() -> None:
     table = "\n".join(compute_table(t))
     assert "| `a` | 9.9 | 99 (10%) | 198 (20%) |" in table
     assert "sdpa_cudnn" in table and "sage" not in table
+    doc = peers_doc([t])  # docs/peers.md carries the same table per task
+    assert f"### {DIFFUSION_TASK}" in doc and table in doc
     assert compute_table(TaskReport("x", "h200", "norm_infer", "t", [("a", "m")], "", [run], [], 0, [])) == []
