@@ -6,11 +6,13 @@ live here, each with the signature of the lab function (kda_lab/families/int8_sc
 | function | arch | baseline | what it runs |
 |---|---|---|---|
 | ``int8_scaled_mm`` | b200 | :func:`sgl_int8_scaled_mm` | ``sgl_kernel.int8_scaled_mm`` (what SGLang 0.5.23's W8A8 linear calls) |
-| ``int8_scaled_mm`` | h200 | :func:`torch_int8_scaled_mm` | ``torch._int_mm`` (cuBLASLt int8 GEMM, int32 out) + the dequant epilogue as separate torch ops |
+| ``int8_scaled_mm`` | h200 | :func:`sgl_int8_scaled_mm` | the same (sgl-kernel 0.4.5 staged on the box) |
+| ``int8_scaled_mm`` | (eager reference) | :func:`torch_int8_scaled_mm` | ``torch._int_mm`` (cuBLASLt int8 GEMM, int32 out) + the dequant epilogue as separate torch ops |
 | ``mha_forward`` | b200 | :func:`fa4_mha` | FlashAttention-4 (CuTe DSL, ``flash_attn.cute``) as vendored in SGLang 0.5.23 |
 | ``mha_forward`` | h200 | :func:`sdpa_flash_mha` | torch SDPA restricted to its FlashAttention backend |
+| ``mha_forward`` | h200 (diffusion shapes) | :func:`sglang_fa3_mha` | SGLang's default H200 diffusion attention: FA3 from ``sgl_kernel`` |
 
-Optional packages (``sgl_kernel``, the CuTe DSL behind FA4) are resolved lazily, at the first call: importing
+Optional packages (``sgl_kernel``, its FA3 extension, the CuTe DSL behind FA4) are resolved lazily, at the first call: importing
 this module needs neither them nor a GPU, so the tasks validate on CPU. A missing one raises
 :class:`BaselineUnavailable` saying what to install.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -63,9 +66,9 @@ def _sgl_int8_scaled_mm() -> Callable[..., torch.Tensor]:
     except ImportError as e:
         raise BaselineUnavailable(
             f"the int8_scaled_mm baseline is sgl_kernel.int8_scaled_mm (SGLang 0.5.23's W8A8 GEMM), and sgl_kernel "
-            f"does not import here: {e}. Install the sgl-kernel wheel matching SGLang 0.5.23 for this CUDA/torch "
-            f"(`pip install sgl-kernel`) on the GPU machine; the offline box's staged environment "
-            f"(scripts/gpu_stage.sh) does not include it.") from e
+            f"does not import here: {e}. On the offline box carry sgl_kernel's core, .gpu-stage-d1 "
+            f"(scripts/gpu_stage_sgl_kernel.sh, docs/gpu-box.md); elsewhere install the sgl-kernel wheel of "
+            f"requirements/sgl-kernel.txt for this CUDA/torch.") from e
     return int8_scaled_mm
 
 
@@ -85,19 +88,53 @@ def sgl_int8_scaled_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, scales_a: torch
 
 # ------------------------------------------------------------------------------------------------ attention
 
+# ``key_lens`` (mha contract, kda_lab/families/mha.py): host-side valid-key counts, one per batch element. Kernels
+# that take device metadata get it from these caches, filled at the first (eager, uncaptured) call and reused by
+# every later one, CUDA-graph replays included: SGLang keeps its FA metadata the same way
+# (layers/attention/backends/flash_attn.py: cu_seqlens_on_device, an lru_cache of host bounds).
+
+
+@functools.lru_cache(maxsize=64)
+def device_lens(lens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``lens`` as an int32 device tensor (FA3's and FA4's ``seqused_k``); callers must not mutate it."""
+    return torch.tensor(lens, dtype=torch.int32, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def key_padding_mask(lens: tuple[int, ...], sk: int, device: torch.device) -> torch.Tensor:
+    """SDPA's boolean ``attn_mask`` ``[B, 1, 1, Sk]`` (True: attend) for a prefix of ``lens[b]`` valid keys."""
+    valid = torch.arange(sk, device=device)[None, :] < torch.tensor(lens, device=device)[:, None]
+    return valid[:, None, None, :]
+
+
+def _lens(key_lens: Any) -> tuple[int, ...] | None:
+    return None if key_lens is None else tuple(int(n) for n in key_lens)
+
+
 def sdpa_flash_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                   softmax_scale: float | None = None) -> torch.Tensor:
+                   softmax_scale: float | None = None, key_lens: Any = None) -> torch.Tensor:
     """torch SDPA pinned to its FlashAttention backend; q/k/v ``[B, S, H, D]`` (transposed views, no copies)."""
-    return sdpa_mha(q, k, v, causal, softmax_scale, backends=("FLASH_ATTENTION",))
+    return sdpa_mha(q, k, v, causal, softmax_scale, backends=("FLASH_ATTENTION",), key_lens=key_lens)
 
 
 def sdpa_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-             softmax_scale: float | None = None, backends: tuple[str, ...] = ("FLASH_ATTENTION",)) -> torch.Tensor:
-    """SDPA on ``[B, S, H, D]`` tensors restricted to ``backends`` (names of ``torch.nn.attention.SDPBackend``)."""
+             softmax_scale: float | None = None, backends: tuple[str, ...] | None = ("FLASH_ATTENTION",),
+             key_lens: Any = None) -> torch.Tensor:
+    """SDPA on ``[B, S, H, D]`` tensors restricted to ``backends`` (names of ``torch.nn.attention.SDPBackend``;
+    None: torch's own choice). ``key_lens``: a boolean ``attn_mask`` of the valid keys, except for the
+    FlashAttention backend alone, which takes no mask: each batch element then attends over its valid keys
+    only (``k[b, :key_lens[b]]``, the same attention; one call per batch element, outputs concatenated)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel([getattr(SDPBackend, b) for b in backends]):
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+    lens = _lens(key_lens)
+    if lens is not None and backends == ("FLASH_ATTENTION",):
+        if len(lens) == 1:
+            return sdpa_mha(q, k[:, : lens[0]], v[:, : lens[0]], causal, softmax_scale, backends)
+        return torch.cat([sdpa_mha(q[b: b + 1], k[b: b + 1, :n], v[b: b + 1, :n], causal, softmax_scale, backends)
+                          for b, n in enumerate(lens)])
+    mask = None if lens is None else key_padding_mask(lens, k.shape[1], q.device)
+    with sdpa_kernel([getattr(SDPBackend, b) for b in backends]) if backends is not None else nullcontext():
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
                                            is_causal=causal, scale=softmax_scale)
     return o.transpose(1, 2)
 
@@ -122,9 +159,49 @@ def _fa4_varlen() -> Callable[..., Any]:
 
 
 def fa4_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-            softmax_scale: float | None = None) -> torch.Tensor:
+            softmax_scale: float | None = None, key_lens: Any = None) -> torch.Tensor:
     """FlashAttention-4 forward through SGLang's wrapper, called the way its diffusion FlashAttention backend
-    does with ``fa_ver=4``: dense ``[B, S, H, D]`` tensors, ``cu_seqlens`` None, max sequence lengths given."""
+    does with ``fa_ver=4``: dense ``[B, S, H, D]`` tensors, ``cu_seqlens`` None, max sequence lengths given;
+    ``key_lens`` as ``seqused_k``."""
     fn = _fa4_varlen()
+    lens = _lens(key_lens)
+    kw = {} if lens is None else {"seqused_k": device_lens(lens, q.device)}
     return fn(q, k, v, None, None, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1], softmax_scale=softmax_scale,
-              causal=causal)
+              causal=causal, **kw)
+
+
+FA3_MODULE = "sglang.kernels.ops.attention.flash_attention"
+
+
+@functools.cache
+def _sglang_fa3_varlen() -> Callable[..., Any]:
+    """SGLang's ``flash_attn_varlen_func`` (ver=3 reaches ``sgl_kernel.flash_attn`` through
+    ``flash_attention_v3._load_fa3_kernels`` while ``SGLANG_USE_SGL_FA3_KERNEL`` is on, its default), after
+    checking that sgl_kernel's FA3 extension imports here (SGLang would import it only at the first call)."""
+    try:
+        from sglang.kernels.ops.attention.flash_attention import flash_attn_varlen_func
+    except ImportError as e:
+        raise BaselineUnavailable(f"cannot import {FA3_MODULE} (SGLang 0.5.23's FlashAttention wrapper): {e}. "
+                                  "Install the pinned SGLang (`pip install --no-deps sglang==0.5.23`).") from e
+    try:
+        import sgl_kernel.flash_attn  # noqa: F401 - what SGLang's FA3 loader imports at its first call
+    except ImportError as e:
+        raise BaselineUnavailable(
+            f"SGLang's default H200 diffusion attention is FA3 from sgl_kernel (sgl_kernel.flash_attn, its flash_ops "
+            f"extension), which does not import here: {e}. On the offline box carry sgl_kernel's core "
+            "(.gpu-stage-d1) and every fa3 chunk folder (.gpu-stage-d2 ...), scripts/gpu_stage_sgl_kernel.sh and "
+            "docs/gpu-box.md; elsewhere install the sgl-kernel wheel of requirements/sgl-kernel.txt.") from e
+    return flash_attn_varlen_func
+
+
+def sglang_fa3_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                   softmax_scale: float | None = None, key_lens: Any = None) -> torch.Tensor:
+    """SGLang 0.5.23's default diffusion attention on an H200, called as its FlashAttention backend calls it
+    (layers/attention/backends/flash_attn.py: FlashAttentionImpl.forward with ``fa_ver`` 3): dense
+    ``[B, S, H, D]`` tensors, ``cu_seqlens`` None, ``max_seqlen_q``/``max_seqlen_k`` the sequence lengths;
+    ``key_lens`` as FA3's ``seqused_k`` (the first ``key_lens[b]`` keys of batch element ``b``)."""
+    fn = _sglang_fa3_varlen()
+    lens = _lens(key_lens)
+    return fn(q, k, v, None, None, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
+              seqused_k=None if lens is None else device_lens(lens, q.device), softmax_scale=softmax_scale,
+              causal=causal, ver=3)

@@ -85,15 +85,44 @@ def test_the_compile_peer_gets_an_oracle_verdict_before_it_is_timed() -> None:
         return refuses(torch, a)
 
     cpu = torch.device("cpu")
-    assert run.compile_verdict(TASK, ROW, fn, 3, cpu) == {"version": torch.__version__, "verdict": "ok"}
+    ok = run.compile_verdict(TASK, ROW, fn, 3, cpu)
+    assert {k: ok[k] for k in ("version", "verdict")} == {"version": torch.__version__, "verdict": "ok"}
     bad = run.compile_verdict(TASK, ROW, wrong, 3, cpu)
     assert bad["verdict"] == "wrong" and bad["max_err"] > 0 and "tolerance" in bad["why"]
+    assert 0 <= ok["max_err"] < bad["max_err"]  # the error against the oracle is recorded for an ok verdict too
     assert run.compile_verdict(TASK, ROW, raising, 3, cpu)["verdict"] == "n/a"
     # the verdict's key is the one the report reads, and best_peer counts compile only when it is ok
     assert run.best_peer({ledger.COMPILE_PEER: {"verdict": "ok", "us": 5.0}, "quack": {"verdict": "ok", "us": 6.0}}) \
         == (ledger.COMPILE_PEER, 5.0)
     assert run.best_peer({ledger.COMPILE_PEER: {**bad, "us": 1.0}, "quack": {"verdict": "ok", "us": 6.0}}) \
         == ("quack", 6.0)
+
+
+def test_one_oracle_evaluation_serves_every_peer_of_a_row(peers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kda bench checks compile and each public peer on a row separately; with the row's oracle cache the fp64
+    oracle runs once for all of them (an attention oracle of a 75600-token row is seconds on an H200), and every
+    verdict is still the oracle's."""
+    import dataclasses
+
+    from kda_lab.families import contract
+
+    c = contract(TASK.family, ROW.fn)
+    calls = []
+
+    def counting(args):
+        calls.append(1)
+        return c.oracle(args)
+
+    counted = dataclasses.replace(c, oracle=counting)
+    monkeypatch.setattr(run, "contract", lambda family, fn: counted)
+    peers(torch_peer("good", right), torch_peer("bad", off_by_a_bit), torch_peer("also_good", right))
+    cpu, cache = torch.device("cpu"), {}
+    verdicts, timed = run.checked_peers(TASK, ROW, 3, cpu, run.make_inputs(ROW, cpu, 3), cache)
+    assert sorted(timed) == ["also_good", "good"] and verdicts["bad"]["verdict"] == "wrong"
+    assert run.compile_verdict(TASK, ROW, lambda **a: right(torch, a), 3, cpu, cache)["verdict"] == "ok"
+    assert len(calls) == 1 and list(cache) == [(ROW.name, 3, "cpu")]
+    run.checked_peers(TASK, ROW, 4, cpu, run.make_inputs(ROW, cpu, 4), cache)  # another seed: its own oracle
+    assert len(calls) == 2
 
 
 def test_load_refuses_a_missing_or_other_version_package() -> None:
@@ -179,7 +208,7 @@ def test_report_shows_peers_flags_rows_a_peer_wins_and_writes_docs_peers(tmp_pat
     (beaten,) = run_.beaten_by_peers()
     assert beaten[0] == winner and beaten[1] == "quack" and beaten[2] == pytest.approx(1.25)
     section = report.task_section(t)
-    assert f"A peer beats the candidate c001 on 1 rows:** `{winner}`" in section
+    assert f"A peer beats the candidate c001 on 1 row:** `{winner}`" in section
     report.write(root, plots=False)
     doc = (root / "docs" / "peers.md").read_text()
     assert "| quack 0.6.5 |" in doc and "| liger 0.8.5 |" in doc

@@ -77,3 +77,8 @@ FUNCTIONS = {
 BYTE_MODELS = {
     "int8_scaled_mm": (("mat_a", "mat_b", "scales_a", "scales_b", "bias"), ("out_like",)),
 }
+
+# No facade entry: `kda new-task --family int8_scaled_mm` stamps SGLang's own W8A8 GEMM as the baseline.
+BASELINES = {
+    "int8_scaled_mm": "kda_lab.baselines:sgl_int8_scaled_mm",
+}

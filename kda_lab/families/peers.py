@@ -6,7 +6,8 @@ function name. ``kda bench`` (:mod:`kda_lab.measure.run`) then, per row and per 
 1. asks :attr:`Peer.applies` whether the peer supports this row (dtype, layout, head_dim, weight dtype); a
    ``str`` answer is the reason it does not, and the row records the peer as ``n/a``;
 2. loads it (:meth:`Peer.load`): the pinned distribution must be installed at exactly the pinned version
-   (``requirements/gpu.txt``), otherwise the peer is ``unavailable`` with the reason;
+   (``requirements/gpu.txt``), otherwise the peer is ``unavailable`` with the reason (a peer whose ``absent``
+   says why it cannot run at all, e.g. no wheel for the box, is ``unavailable`` with that reason);
 3. checks it against the family's fp64 oracle under the task's tolerances (never bitwise against SGLang: it
    is another kernel); a peer outside tolerance is ``wrong`` on that row, with its max error, and not timed;
 4. times it in the same interleaved CUDA-graph replay, over the same rotated input sets, as baseline and
@@ -34,6 +35,8 @@ Args = dict[str, Any]
 QUACK = ("quack", "quack-kernels", "0.6.5")
 LIGER = ("liger", "liger-kernel", "0.8.5")
 FLASHINFER = ("flashinfer", "flashinfer-python", "0.7.2")
+# sgl_kernel's FlashAttention-3, pinned in requirements/sgl-kernel.txt (the box stages it: docs/gpu-box.md)
+SGL_KERNEL = ("sgl_fa3", "sglang-kernel", "0.4.5")
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 HALF = (torch.float16, torch.bfloat16)
 
@@ -54,6 +57,7 @@ class Peer:
     adapt: Callable[[ModuleType, Args], Any]
     applies: Callable[[Args], str | None] = _always
     mapping: str = ""  # SGLang's semantics -> the peer's call, in words
+    absent: str = ""  # why the peer cannot run anywhere the lab measures: load() reports this, tries nothing
 
     @property
     def label(self) -> str:
@@ -61,6 +65,8 @@ class Peer:
 
     def load(self, importer: Callable[[str], ModuleType] = import_module) -> Callable[..., Any]:
         """The peer as a callable with SGLang's signature; raises :class:`PeerUnavailable` with the reason."""
+        if self.absent:
+            raise PeerUnavailable(self.absent)
         try:
             installed = metadata.version(self.package)
         except metadata.PackageNotFoundError:

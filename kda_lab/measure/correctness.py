@@ -247,7 +247,8 @@ def _tolerance(task: Task, workload: Workload, contract: FunctionContract, out: 
 
 def check_row(task: Task, workload: Workload, contract: FunctionContract, impls: dict[str, Callable[..., Any]],
               seed: int, device: torch.device | str, baseline_impl: str = "baseline",
-              installed: Mapping[str, Callable[..., Any]] | None = None) -> list[RowResult]:
+              installed: Mapping[str, Callable[..., Any]] | None = None,
+              oracle_cache: dict[tuple[str, int, str], tuple[torch.Tensor, ...]] | None = None) -> list[RowResult]:
     """Check every impl on one row and seed against the oracle (and bitwise against SGLang when exact).
 
     Order: every impl but the baseline runs first, then the baseline, then the oracle, so no candidate can read
@@ -257,7 +258,11 @@ def check_row(task: Task, workload: Workload, contract: FunctionContract, impls:
     seed's inputs, and its first outputs must not have changed by the end of the row.
 
     ``installed``: the candidate's EXPORTS; every impl but the baseline then runs with the entry points holding
-    them (:func:`as_installed`), so a fallback through the facade recurses and fails the row."""
+    them (:func:`as_installed`), so a fallback through the facade recurses and fails the row.
+
+    ``oracle_cache``: the oracle's outputs by (row, seed, device), kept across calls on the same inputs (``kda
+    bench`` checks each peer on a row separately: an fp64 attention oracle of a 75600-token row is computed
+    once, not once per peer)."""
     device = torch.device(device)
     args = make_inputs(workload, device, seed)
     exact = task.functions[workload.fn].exact
@@ -272,8 +277,13 @@ def check_row(task: Task, workload: Workload, contract: FunctionContract, impls:
             context = as_installed(task, installed) if installed is not None else None
             call.error = _probe(task, workload, fn, contract, call, device, seed, sizes, context)
         calls[impl_name] = call
-    with torch.no_grad():
-        expected = contract.oracle(contract.prepared(clone_args(args)))
+    key = (workload.name, seed, str(device))
+    expected = oracle_cache.get(key) if oracle_cache is not None else None
+    if expected is None:
+        with torch.no_grad():
+            expected = contract.oracle(contract.prepared(clone_args(args)))
+        if oracle_cache is not None:
+            oracle_cache[key] = expected
     base = calls.get(baseline_impl)
     baseline_out = base.outs if base is not None and not base.error and len(base.outs) == len(expected) else None
     results: list[RowResult] = []

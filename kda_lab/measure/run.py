@@ -34,6 +34,7 @@ from kda_lab.paths import repo_root
 from kda_lab.stats import aa_spread
 from kda_lab.task import FunctionSpec, Task, TaskError, load_candidate, source_hash
 from kda_lab.task.byte_model import tbps
+from kda_lab.task.flop_model import DENSE_HALF_PEAK_TFLOPS, tflops, workload_flops
 from kda_lab.task.workloads import Workload
 
 
@@ -272,11 +273,16 @@ def _fmt_us(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
-def checked_peers(task: Task, w: Workload, seed: int, device: torch.device, arg_set: dict[str, Any]
+OracleCache = dict[tuple[str, int, str], tuple[torch.Tensor, ...]]
+
+
+def checked_peers(task: Task, w: Workload, seed: int, device: torch.device, arg_set: dict[str, Any],
+                  oracle_cache: OracleCache | None = None
                   ) -> tuple[dict[str, dict[str, Any]], dict[str, Callable[..., Any]]]:
     """Each public peer of ``w``'s function: its verdict on this row, and the peers that may be timed.
 
-    A peer is timed only after it matched the fp64 oracle on this row (task tolerances; never bitwise vs SGLang)."""
+    A peer is timed only after it matched the fp64 oracle on this row (task tolerances; never bitwise vs SGLang).
+    ``oracle_cache``: one oracle evaluation for all of the row's peers (:func:`check_row`)."""
     verdicts: dict[str, dict[str, Any]] = {}
     timed: dict[str, Callable[..., Any]] = {}
     for peer in peers_of(family_module(task.family), w.fn):
@@ -291,31 +297,34 @@ def checked_peers(task: Task, w: Workload, seed: int, device: torch.device, arg_
         except PeerUnavailable as e:
             info.update(verdict="unavailable", why=str(e))
             continue
-        info.update(oracle_verdict(task, w, peer.name, fn, seed, device))
+        info.update(oracle_verdict(task, w, peer.name, fn, seed, device, oracle_cache))
         if info["verdict"] == "ok":
             timed[peer.name] = fn
     return verdicts, timed
 
 
-def oracle_verdict(task: Task, w: Workload, name: str, fn: Callable[..., Any], seed: int, device: torch.device
-                   ) -> dict[str, Any]:
-    """A peer's verdict on row ``w`` against the fp64 oracle (task tolerances; never bitwise vs SGLang): "ok",
-    "wrong" (with why and the largest error), or "n/a" when it raises (an assert on shape/dtype)."""
-    (res,) = check_row(task, w, contract(task.family, w.fn), {name: fn}, seed, device, baseline_impl=name)
+def oracle_verdict(task: Task, w: Workload, name: str, fn: Callable[..., Any], seed: int, device: torch.device,
+                   oracle_cache: OracleCache | None = None) -> dict[str, Any]:
+    """A peer's verdict on row ``w`` against the fp64 oracle (task tolerances; never bitwise vs SGLang): "ok" or
+    "wrong" (with why), each with its largest absolute error against the oracle (``max_err``), or "n/a" when it
+    raises (an assert on shape/dtype)."""
+    (res,) = check_row(task, w, contract(task.family, w.fn), {name: fn}, seed, device, baseline_impl=name,
+                       oracle_cache=oracle_cache)
     if res.error.startswith("raised"):
         return {"verdict": "n/a", "why": res.error[:200]}
+    worst = max((c.max_abs for c in res.comparisons), default=None)
     if not res.ok:
-        worst = max((c.max_abs for c in res.comparisons), default=None)
         return {"verdict": "wrong", "why": res.error or res.describe()[:200], "max_err": worst}
-    return {"verdict": "ok"}
+    return {"verdict": "ok", "max_err": worst}
 
 
-def compile_verdict(task: Task, w: Workload, fn: Callable[..., Any], seed: int, device: torch.device
-                    ) -> dict[str, Any]:
+def compile_verdict(task: Task, w: Workload, fn: Callable[..., Any], seed: int, device: torch.device,
+                    oracle_cache: OracleCache | None = None) -> dict[str, Any]:
     """torch.compile of the family's eager reference, checked on row ``w`` like a public peer before it is timed:
     the report counts compile as a peer only on rows where this verdict is ok (``ledger.COMPILE_PEER`` in the
     ``peers`` column)."""
-    return {"version": torch.__version__, **oracle_verdict(task, w, ledger.COMPILE_PEER, fn, seed, device)}
+    return {"version": torch.__version__,
+            **oracle_verdict(task, w, ledger.COMPILE_PEER, fn, seed, device, oracle_cache)}
 
 
 def best_peer(verdicts: dict[str, dict[str, Any]]) -> tuple[str, float] | None:
@@ -352,19 +361,21 @@ def bench_row(task: Task, w: Workload, cand: Candidate, mode: str, trials: int, 
     elif mode == "aa":
         impls["candidate"] = baseline  # the same baseline, captured and timed as a second side
     verdicts: dict[str, dict[str, Any]] = {}
+    oracle_cache: OracleCache = {}  # the row's oracle, once for the compile peer and every public peer
     if compile_peer and c.torch_reference is not None and mode != "aa":
         # A fresh dynamo cache per row: the reference's code object is shared across rows, and past
         # dynamo's recompile limit (8) torch.compile silently falls back to eager.
         torch._dynamo.reset()
         compiled = torch.compile(c.torch_reference, dynamic=False)
         # checked before it is timed, like the public peers: a compile time only counts beside an ok verdict
-        verdicts[ledger.COMPILE_PEER] = compile_verdict(task, w, compiled, seed, device)
+        verdicts[ledger.COMPILE_PEER] = compile_verdict(task, w, compiled, seed, device, oracle_cache)
         if verdicts[ledger.COMPILE_PEER]["verdict"] == "ok":
             impls["compile"] = compiled
     if public_peers and mode != "aa":
-        public, timed_peers = checked_peers(task, w, seed, device, arg_sets[0])
+        public, timed_peers = checked_peers(task, w, seed, device, arg_sets[0], oracle_cache)
         verdicts.update(public)
         impls.update({f"peer:{name}": fn for name, fn in timed_peers.items()})
+    oracle_cache.clear()  # every verdict is in: the fp64 outputs (3 GB on a 75600-token attention row) go
     nbytes = spec.byte_model.bytes(w)
     sets_of = impl_arg_sets(list(impls), arg_sets, c.mutates)
     with torch.no_grad():
@@ -435,6 +446,9 @@ def run_bench(task: Task, mode: str = "bench", rows: list[str] | None = None, tr
         out.append(row)
     summary = ledger.summarize_run(out)
     show(format_table(out, mode))
+    flops = {w.name: f for w in workloads if (f := workload_flops(task.family, w)) is not None}
+    if flops:
+        show(format_compute(out, flops, env["arch"]))
     if mode == "aa":
         spread = aa_spread([r["speedup"] for r in out if r["row_kind"] == "production"])
         show(f"A/A: geomean {spread['geomean']:.4f}, per-row range {spread['min']:.4f}..{spread['max']:.4f} "
@@ -519,4 +533,33 @@ def format_table(rows: list[dict[str, Any]], mode: str) -> str:
             + f" {tb:>6.2f} {r['sol']:>5.2f}"
             f"{'!' if r['sol'] > SUSPECT_SOL and r['bytes'] >= LARGE_ROW_BYTES else ' '} "
             f"{r['host_baseline_us']:>6.1f}/{_fmt_us(r['host_candidate_us']):>6}")
+    return "\n".join(lines)
+
+
+def format_compute(rows: list[dict[str, Any]], flops: dict[str, float], arch: str) -> str:
+    """The run's compute table, for a family with a FLOP model (kda_lab.task.flop_model): per row the FLOPs of one
+    call, and TFLOP/s with its share of the arch's dense half-precision peak for SGLang, the candidate and every
+    peer timed after an ok oracle verdict (torch.compile included)."""
+    peak = DENSE_HALF_PEAK_TFLOPS.get(arch)
+    peer_names = sorted({n for r in rows if r.get("peers") for n, v in json.loads(r["peers"]).items()
+                         if v.get("verdict") == "ok" and v.get("us")})
+
+    def cell(us: float | None, f: float) -> str:
+        t = tflops(f, us)
+        if t is None:
+            return "-"
+        return f"{t:.0f} ({t / peak:.0%})" if peak else f"{t:.0f}"
+
+    sides = ["SGLang", "candidate"] + peer_names
+    head = f"{'row':<40} {'GFLOP':>9} " + "".join(f"{n[:14]:>15}" for n in sides)
+    lines = [f"TFLOP/s (share of the {arch} dense bf16/fp16 peak, {peak:.0f} TFLOP/s)" if peak else
+             f"TFLOP/s ({arch}: no dense peak on record)", head, "-" * len(head)]
+    for r in rows:
+        f = flops.get(r["row"])
+        if f is None:
+            continue
+        peers = json.loads(r["peers"]) if r.get("peers") else {}
+        us = [r["baseline_us"], r["candidate_us"]] + [
+            peers.get(n, {}).get("us") if peers.get(n, {}).get("verdict") == "ok" else None for n in peer_names]
+        lines.append(f"{r['row'][:40]:<40} {f / 1e9:>9.1f} " + "".join(f"{cell(u, f):>15}" for u in us))
     return "\n".join(lines)

@@ -35,7 +35,14 @@ from kda_lab.report.model import (
     collect,
     plot_names,
 )
-from kda_lab.report.peers import PEERS_DOC, beaten_section, peers_doc, task_peer_lines, vs_best_peer_cell
+from kda_lab.report.peers import (
+    PEERS_DOC,
+    beaten_section,
+    compute_table,
+    peers_doc,
+    task_peer_lines,
+    vs_best_peer_cell,
+)
 
 START_MARKER = "<!-- kda:tasks:start -->"
 END_MARKER = "<!-- kda:tasks:end -->"
@@ -95,8 +102,9 @@ def task_table(reports: list[TaskReport], link_prefix: str = "") -> str:
 
 TABLE_LEGEND = ("best geomean: equal-weight geomean of per-row speedups vs SGLang 0.5.23 over the production rows "
                 "(promoted candidate, else best benchmarked); worst row: lowest per-row speedup in that run; vs best "
-                "peer: that candidate's time against the fastest correct peer per row (QuACK, Liger, FlashInfer and "
-                "torch.compile, compile counted where its oracle verdict was recorded; docs/peers.md), geomean and "
+                "peer: that candidate's time against the fastest correct peer per row (QuACK, Liger, FlashInfer, "
+                "torch SDPA's fused backends, sgl_kernel's FA3 and torch.compile, compile counted where its oracle "
+                "verdict was recorded; docs/peers.md), geomean and "
                 "worst, above 1× the candidate is faster; won: promoted and that geomean above 1×; rows a peer is "
                 "faster on are listed in docs/leaderboard.md; A/A "
                 "spread: latest baseline-vs-baseline run, geomean and largest per-row |1−s|; sol: same-size copy "
@@ -176,6 +184,7 @@ def task_section(t: TaskReport) -> str:
         assert shown is not None
         label = "headline run" if head else f"run `{shown.run_id}` ({shown.mode}: SGLang only)"
         out += [f"Per production row, {label}:", ""] + _row_table(t, shown) + [""]
+        out += compute_table(t)
         out += task_peer_lines(t)
         for name in plot_names(t):
             caption = {"speedup.png": "speedup per production row", "tbps.png": "TB/s per production row",

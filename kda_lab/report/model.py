@@ -16,6 +16,7 @@ from typing import Any
 
 from kda_lab import ledger
 from kda_lab.evidence import bench_row_counts
+from kda_lab.task.flop_model import FLOP_MODELS
 from kda_lab.task.twins import TwinError, with_home_rows
 
 ORDER_FILE = Path("scripts/launch_kernels/order.txt")
@@ -249,6 +250,8 @@ class TaskReport:
     ignored_rows: int  # rows measured on cpu or on a GPU that is not the task's arch (kda_lab.evidence)
     lineage: list[Candidate]
     problem: str = ""
+    # FLOPs per call of each production row, for a family with a FLOP model (kda_lab.task.flop_model)
+    flops: dict[str, float] = field(default_factory=dict)
 
     @property
     def bench_runs(self) -> list[Run]:
@@ -475,7 +478,22 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
         lineage[r.candidate_id].runs.append(r)
     return TaskReport(slug=slug, arch=arch, family=family, title=str(raw.get("title", slug)), production=production,
                       launcher=launchers.get(slug, ""), runs=runs, superseded=superseded, ignored_rows=ignored,
-                      lineage=list(lineage.values()), problem=problem)
+                      lineage=list(lineage.values()), problem=problem, flops=_row_flops(family, raw))
+
+
+def _row_flops(family: str, raw: dict[str, Any]) -> dict[str, float]:
+    """FLOPs per call of each production row of a task.toml (empty: the family has no FLOP model)."""
+    model = FLOP_MODELS.get(family)
+    out: dict[str, float] = {}
+    if model is None:
+        return out
+    for w in raw.get("workloads", []):
+        if w.get("kind") == "production":
+            try:
+                out[str(w.get("name"))] = model(w.get("args", {}))
+            except (KeyError, TypeError, ValueError):
+                continue  # kda validate reports a malformed row; the report shows no FLOPs for it
+    return out
 
 
 def collect(root: Path) -> list[TaskReport]:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kda_lab.report.cells import times
-from kda_lab.report.model import COMPILE_PEER, Run, TaskReport, compile_state
+from kda_lab.report.model import COMPILE_PEER, Run, TaskReport, compile_state, correct_peer_times
+from kda_lab.task.flop_model import DENSE_HALF_PEAK_TFLOPS, tflops
 
 PEERS_DOC = Path("docs/peers.md")
-PEER_SET = "QuACK, Liger, FlashInfer and torch.compile"
+PEER_SET = "QuACK, Liger, FlashInfer, torch SDPA's fused backends, sgl_kernel's FA3 and torch.compile"
 
 
 @dataclass
@@ -153,6 +154,40 @@ def task_peer_lines(t: TaskReport) -> list[str]:
     return out
 
 
+def compute_table(t: TaskReport) -> list[str]:
+    """For a family with a FLOP model: per production row, TFLOP/s and the share of the arch's dense half-precision
+    peak of SGLang, the candidate and every peer the oracle passed (the peer tables' evidence: the same run, or
+    the table merged across box calls)."""
+    run = t.peer_view() or t.baseline_run()
+    if not t.flops or run is None:
+        return []
+    by_row = {r["row"]: r for r in run.rows}
+    names = [n for n, _ in t.production if n in by_row and n in t.flops]
+    if not names:
+        return []
+    peers = sorted({p for n in names for p, _ in correct_peer_times(by_row[n])})
+    bench = run.mode == "bench"
+    peak = DENSE_HALF_PEAK_TFLOPS.get(t.arch)
+
+    def cell(flops: float, us: float | None) -> str:
+        v = tflops(flops, us)
+        if v is None:
+            return "–"
+        return f"{v:.0f} ({v / peak:.0%})" if peak else f"{v:.0f}"
+
+    sides = ["SGLang"] + (["candidate"] if bench else []) + peers
+    peak_text = f"the {t.arch.upper()}'s dense bf16 peak, {peak:.0f} TFLOP/s" if peak else "no peak on record"
+    out = [f"TFLOP/s per production row, run {run.label} (share of {peak_text}; FLOPs: kda_lab/task/flop_model.py; "
+           "peers only where the oracle passed them):", "",
+           "| row | GFLOP | " + " | ".join(sides) + " |", "|---|---:|" + "---:|" * len(sides)]
+    for n in names:
+        r, f = by_row[n], t.flops[n]
+        peer_us = dict(correct_peer_times(r))
+        us = [r["baseline_us"]] + ([r["candidate_us"]] if bench else []) + [peer_us.get(p) for p in peers]
+        out.append(f"| `{n}` | {f / 1e9:.1f} | " + " | ".join(cell(f, u) for u in us) + " |")
+    return out + [""]
+
+
 def beaten_section(reports: list[TaskReport]) -> list[str]:
     """The leaderboard's list of every row where a peer (compile included) is faster than the headline
     candidate, and of the rows where compile was faster but has no verdict."""
@@ -226,4 +261,11 @@ def peers_doc(reports: list[TaskReport]) -> str:
         out.append(f"| {t.slug} | {t.family} | {f.run.candidate_id} | {f.run.label} | {times(f.geomean)} | {worst} | "
                    f"{f.n_rows} | {len(f.beaten)} | {len({row for row, _, _ in f.unchecked})} | {_won_text(f)} |")
     out += ["", "The rows themselves are listed in docs/leaderboard.md (\"Rows where a peer is faster\").", ""]
+    compute = [(t, table) for t in reports if (table := compute_table(t))]
+    if compute:
+        out += ["## TFLOP/s per row (compute-bound families)", "",
+                "Every backend on every production row of a family with a FLOP model (kda_lab/task/flop_model.py), "
+                "against the arch's dense bf16 peak; a peer appears only on rows where the oracle passed it.", ""]
+        for t, table in compute:
+            out += [f"### {t.slug}", ""] + table
     return "\n".join(out)

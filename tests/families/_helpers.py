@@ -78,3 +78,40 @@ def assert_register_imports_lazily(family: str) -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+STAGE_DIR_ENV = "KDA_GPU_STAGE_DIR"  # the folder holding .gpu-stage-d1 (default: this checkout's root)
+
+
+def staged_sgl_kernel_source(relpath: str) -> str | None:
+    """The text of ``sgl_kernel/<relpath>`` in the staged sgl-kernel core (``.gpu-stage-d1``, the wheel the
+    box installs: scripts/gpu_stage_sgl_kernel.sh), read from its archive without installing it; None where
+    nothing is staged (the caller skips). ``KDA_GPU_STAGE_DIR`` points at another checkout's stage."""
+    import os
+    import tarfile
+    from pathlib import Path
+
+    folder = Path(os.environ.get(STAGE_DIR_ENV) or REPO) / ".gpu-stage-d1"
+    parts = sorted(folder.glob("sgl-kernel.tar.xz.part*"))
+    if len(parts) != 1:  # the core is one chunk; more (or none) is not a stage this helper reads
+        return None
+    with tarfile.open(parts[0], mode="r:xz") as tar:
+        member = tar.extractfile(f"sgl_kernel/{relpath}")
+        return None if member is None else member.read().decode()
+
+
+def signature_in(source: str, name: str) -> Any:
+    """The signature of the module-level function ``name`` in ``source`` (read with ``ast``, never run)."""
+    import ast
+    import inspect
+
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    a = node.args
+    P = inspect.Parameter
+    positional = a.posonlyargs + a.args
+    defaults = [P.empty] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
+    params = [P(arg.arg, P.POSITIONAL_OR_KEYWORD, default=d)
+              for arg, d in zip(positional, defaults, strict=True)]
+    params += [P(arg.arg, P.KEYWORD_ONLY, default=P.empty if d is None else ast.unparse(d))
+               for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+    return inspect.Signature(params)

@@ -28,6 +28,28 @@ def test_families_are_registered() -> None:
 
 
 @pytest.mark.parametrize("slug", INT8_TASKS)
+def test_both_tasks_time_sglangs_own_gemm(slug: str) -> None:
+    """The box stages sgl-kernel (.gpu-stage-d1): both arches' baseline is sgl_kernel.int8_scaled_mm, and
+    `kda new-task --family int8_scaled_mm` stamps the same (the family's BASELINES)."""
+    spec = load_task(slug).functions["int8_scaled_mm"]
+    assert spec.entry == i8.BASELINES["int8_scaled_mm"] == "kda_lab.baselines:sgl_int8_scaled_mm"
+    assert spec.sglang == "sgl_kernel:int8_scaled_mm"
+
+
+def test_the_baseline_call_binds_to_the_staged_sgl_kernel() -> None:
+    """sgl-kernel 0.4.5's int8_scaled_mm (sgl_kernel/gemm.py in the staged wheel) takes the call the baseline
+    makes: six positional arguments in SGLang's W8A8Int8LinearMethod.apply order."""
+    source = H.staged_sgl_kernel_source("gemm.py")
+    if source is None:
+        pytest.skip("sgl_kernel is not staged here (scripts/gpu_stage_sgl_kernel.sh; KDA_GPU_STAGE_DIR)")
+    sig = H.signature_in(source, "int8_scaled_mm")
+    assert list(sig.parameters) == ["mat_a", "mat_b", "scales_a", "scales_b", "out_dtype", "bias"]
+    sig.bind(*_int8_args())
+    init = H.staged_sgl_kernel_source("__init__.py")
+    assert init is not None and "int8_scaled_mm," in init  # exported at the package's top level
+
+
+@pytest.mark.parametrize("slug", INT8_TASKS)
 def test_task_entries_resolve_without_a_gpu(slug: str) -> None:
     H.assert_reference_task_entry_resolves(load_task(slug))
 
