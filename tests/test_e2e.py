@@ -671,7 +671,7 @@ def test_an_aa_row_that_ran_kda_code_is_refused(tmp_path: Path) -> None:
 def test_conv_flops_count_every_convolution_call() -> None:
     import torch
 
-    from kda_lab.e2e.measure import ConvFlops
+    from kda_lab.e2e.conv_floor import ConvFlops
 
     m = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1, groups=2))
     with ConvFlops(m) as c, torch.no_grad():

@@ -66,7 +66,7 @@ class ConvCall:
 
     @property
     def flops(self) -> int:
-        """2 x MACs (measure.ConvFlops' rule): output elements x C_in/groups x kernel volume x 2 (a transposed
+        """2 x MACs (ConvFlops' rule): output elements x C_in/groups x kernel volume x 2 (a transposed
         conv: input elements x C_out/groups x kernel volume x 2)."""
         k = math.prod(self.w_shape[2:])
         if self.transposed:
@@ -174,6 +174,32 @@ def capture() -> Iterator[dict[ConvCall, int]]:
     finally:
         for (mod, name), fn in saved.items():
             setattr(mod, name, fn)
+
+
+class ConvFlops:
+    """``with ConvFlops(module) as c: forward()``: the multiply-add FLOPs (2 per MAC) of every convolution
+    that runs inside (output elements x input channels per group x kernel volume x 2; a transposed one: input
+    elements x output channels per group x kernel volume x 2): the conv floor's work.
+
+    Counted by ``capture`` at ``torch.nn.functional``'s conv functions, not with module hooks:
+    SGLang's VAE fast paths call ``F.conv3d`` with a module's weight (LTX-2's channels-last causal pad, Wan's
+    conv-bias epilogue), which no forward hook of the ``nn.Conv3d`` sees. ``module`` is kept for the callers'
+    symmetry."""
+
+    def __init__(self, module: torch.nn.Module | None = None) -> None:
+        self.module = module
+        self.flops = 0
+        self.calls = 0
+
+    def __enter__(self) -> ConvFlops:
+        self._capture = capture()
+        self._calls = self._capture.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._capture.__exit__(*exc)
+        self.flops = sum(c.flops * n for c, n in self._calls.items())
+        self.calls = sum(self._calls.values())
 
 
 @dataclass

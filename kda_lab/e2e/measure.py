@@ -244,31 +244,3 @@ def profile_times(fwd: Callable[[], Any], on: bool, cuda: bool) -> dict[str, flo
             if ev.key.startswith("aten::"):
                 times[ev.key] = times.get(ev.key, 0.0) + float(ev.self_cpu_time_total)
     return times
-
-
-class ConvFlops:
-    """``with ConvFlops(module) as c: forward()``: the multiply-add FLOPs (2 per MAC) of every convolution that
-    runs inside (output elements x input channels per group x kernel volume x 2; a transposed one: input
-    elements x output channels per group x kernel volume x 2): the conv floor's work.
-
-    Counted by ``conv_floor.capture`` at ``torch.nn.functional``'s conv functions, not with module hooks:
-    SGLang's VAE fast paths call ``F.conv3d`` with a module's weight (LTX-2's channels-last causal pad, Wan's
-    conv-bias epilogue), which no forward hook of the ``nn.Conv3d`` sees. ``module`` is kept for the callers'
-    symmetry."""
-
-    def __init__(self, module: torch.nn.Module | None = None) -> None:
-        self.module = module
-        self.flops = 0
-        self.calls = 0
-
-    def __enter__(self) -> ConvFlops:
-        from kda_lab.e2e.conv_floor import capture
-
-        self._capture = capture()
-        self._calls = self._capture.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._capture.__exit__(*exc)
-        self.flops = sum(c.flops * n for c, n in self._calls.items())
-        self.calls = sum(self._calls.values())

@@ -95,6 +95,7 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
                            error="SGLang's CPU forward of this module needs sgl_kernel's CPU ops")
                 return rec
             from kda_kernels.dispatch import trace_impl_calls
+            from kda_lab.e2e.conv_floor import ConvFlops
 
             measure.overlay(False)
             rec["fusions"] = json.dumps(tiering.fusions(built.module, row.kind), sort_keys=True)
@@ -136,7 +137,7 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
                 from kda_lab.e2e.kernels import shares, top_kernels, vae_split
 
                 for state in ("off", "on"):
-                    with measure.ConvFlops(built.module) as flops:
+                    with ConvFlops(built.module) as flops:
                         times = measure.profile_times(forward, state == "on", cuda)
                     if row.kind == "vae":  # the decode split and the conv floor (issue #36)
                         split = vae_split(times)
