@@ -5,8 +5,9 @@ set before triton is first imported, so it is set here, before any test module i
 
 Parallel runs (pytest-xdist, ``scripts/test.sh``: ``-n auto --dist loadgroup``): every test module that has
 a module- or class-scoped fixture (a fresh clone, a built lab, a launched worktree) is one ``xdist_group``, so
-the fixture is built once, on one worker; the other modules' tests are spread one by one. Tests marked
-``slow`` are collected first, so the long ones start at once and the short ones fill in around them.
+the fixture is built once, on one worker (``GroupSuffix`` below keeps that true under pytest 9.2); the other
+modules' tests are spread one by one. Tests marked ``slow`` are collected first, so the long ones start at
+once and the short ones fill in around them.
 """
 
 from __future__ import annotations
@@ -66,3 +67,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     # stable: slow first, the rest as collected
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+class GroupSuffix:
+    """pytest-xdist 3.8 routes a test to its group's worker by a suffix on the test's id, ``<id>@<group>``,
+    which its worker hook writes into ``Item._nodeid``; pytest 9.2 keeps the id in ``Item._id`` (a structured
+    NodeId) and ignores that field, so ``--dist loadgroup`` silently spreads a group's tests over every worker
+    (each one then builds the module's fixture again: pytest-xdist issue 1386). After xdist's hook, this
+    writes the same suffix where this pytest reads it; where xdist's suffix took (an older pytest, a fixed
+    xdist) it does nothing."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under --dist loadgroup
+            return
+        for item in items:
+            names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")}
+            suffix = "@" + "_".join(sorted(names))
+            if not names or item.nodeid.endswith(suffix):
+                continue
+            if hasattr(item, "_id"):
+                item._id = type(item._id).parse(item.nodeid + suffix)
+            else:
+                item._nodeid = item.nodeid + suffix
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(GroupSuffix(), "kda-xdist-group-suffix")
