@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from kda_lab.e2e.run import run_row, stamp, start
+from kda_lab.e2e.run import record, run_row, stamp, start
 from kda_lab.measure.gpu_select import add_arguments as add_gpu_arguments
 from kda_lab.measure.gpu_select import select_gpu
 
@@ -43,8 +42,6 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
     from kda_lab.e2e import parallel, runtime, tiering
     from kda_lab.e2e import rows as e2e_rows
-    from kda_lab.ledger import e2e as e2e_ledger
-    from kda_lab.paths import repo_root
 
     try:
         quality = tiering.check_quality(args.quality)
@@ -111,14 +108,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
                       aa=args.aa)
         stamp(rec, run_id, env, args.supersedes)
         results.append(rec)
-    if not args.no_record:
-        e2e_ledger.append(repo_root(), results)
-    out_dir = os.environ.get("OUT") if args.out is None else args.out
-    if out_dir:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
-        if not args.no_record:  # the GPU box has no git: the lead copies this back over e2e/rows.csv
-            shutil.copy2(e2e_ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
+    record(results, run_id, args.no_record, args.out)
     print(f"kda e2e: run {run_id} on {env.get('gpu_name')} ({'tiny' if tiny else 'production'} sizes, "
           f"quality {quality}, DiT blocks {blocks or 'full'}, {args.trials} trials)"
           f"{'' if args.no_record else ', appended to e2e/rows.csv'}")

@@ -190,9 +190,7 @@ def run(args: argparse.Namespace, layout: Layout, quality: str, rows: list[Any],
     import torch
 
     from kda_lab.e2e import parallel, runtime, workers
-    from kda_lab.e2e.run import stamp, start
-    from kda_lab.ledger import e2e as e2e_ledger
-    from kda_lab.paths import repo_root
+    from kda_lab.e2e.run import record, stamp, start
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tiny = args.tiny or device == "cpu"
@@ -231,14 +229,7 @@ def run(args: argparse.Namespace, layout: Layout, quality: str, rows: list[Any],
     finally:
         workers.stop(procs)  # those still running after a failure; the others have exited
         shutil.rmtree(run_dir, ignore_errors=True)
-    if not args.no_record:
-        e2e_ledger.append(repo_root(), results)
-    out_dir = os.environ.get("OUT") if args.out is None else args.out
-    if out_dir:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
-        if not args.no_record:
-            shutil.copy2(e2e_ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
+    record(results, run_id, args.no_record, args.out)
     print(f"kda e2e: run {run_id}, {layout.world} workers ({label}) on {env_cols.get('gpu_name')} "
           f"({'tiny' if tiny else 'production'} sizes, quality {quality}, {args.trials} trials)"
           f"{'' if args.no_record else ', appended to e2e/rows.csv'}")

@@ -38,6 +38,25 @@ def stamp(rec: dict[str, Any], run_id: str, env: dict[str, Any], supersedes: str
     return rec
 
 
+def record(results: list[dict[str, Any]], run_id: str, no_record: bool, out: str | None) -> None:
+    """Append a run's rows to e2e/rows.csv (unless ``no_record``) and write them as JSON under ``out`` ($OUT when
+    None), with a copy of the ledger: the GPU box has no git, so the lead copies it back over e2e/rows.csv."""
+    import shutil
+    from pathlib import Path
+
+    from kda_lab.ledger import e2e as e2e_ledger
+    from kda_lab.paths import repo_root
+
+    if not no_record:
+        e2e_ledger.append(repo_root(), results)
+    out_dir = os.environ.get("OUT") if out is None else out
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"e2e-{run_id}.json").write_text(json.dumps(results, indent=1, default=str))
+        if not no_record:
+            shutil.copy2(e2e_ledger.path(repo_root()), Path(out_dir) / "e2e-rows.csv")
+
+
 def _versions() -> dict[str, str]:
     from importlib import metadata
 

@@ -147,6 +147,33 @@ def append_csv(
     append_locked(path, build)
 
 
+def _row_problems(where: str, row: dict[str, str], own: dict[str, str], floats: tuple[str, ...],
+                  env: tuple[str, ...], check: Callable[[dict[str, str]], str] | None,
+                  unique: tuple[str, ...], seen: dict[tuple[str, ...], str]) -> list[str]:
+    """One row's checks (``row`` over the newest schema, ``own`` over its own): ``check``, numbers, the
+    environment columns its schema has, a duplicate ``unique`` key (``seen`` records the first of each)."""
+    problems = []
+    why = check(row) if check is not None else ""
+    if why:
+        problems.append(f"{where}: {why}")
+    for c in floats:
+        if row.get(c):
+            try:
+                float(row[c])
+            except ValueError:
+                problems.append(f"{where}: {c}={row[c]!r} is not a number")
+    missing = [c for c in env if c in own and not own[c]]
+    if missing:
+        problems.append(f"{where}: environment columns empty: {missing}")
+    if unique:
+        key = tuple(row[c] for c in unique)
+        if key in seen:
+            problems.append(f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): "
+                            "a run was appended twice")
+        seen.setdefault(key, where)
+    return problems
+
+
 def validate_csv(
     path: Path,
     columns: tuple[str, ...],
@@ -175,26 +202,7 @@ def validate_csv(
         if None in row or any(v is None for v in row.values()):
             problems.append(f"{where}: wrong number of fields")
             return problems
-        why = check(row) if check is not None else ""
-        if why:
-            problems.append(f"{where}: {why}")
-        for c in floats:
-            if row[c]:
-                try:
-                    float(row[c])
-                except ValueError:
-                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
-        missing = [c for c in env if not row[c]]
-        if missing:
-            problems.append(f"{where}: environment columns empty: {missing}")
-        if unique:
-            key = tuple(row[c] for c in unique)
-            if key in seen:
-                problems.append(
-                    f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): a run "
-                    "was appended twice"
-                )
-            seen.setdefault(key, where)
+        problems += _row_problems(where, row, row, floats, env, check, unique, seen)
         if row["chain"] != chain(prev, row_content(row, columns)):
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
@@ -320,26 +328,7 @@ def validate_versioned_csv(
         where = f"{name}:{line}"
         own = dict(zip(columns, fields, strict=True))
         row = as_newest(columns, fields, schemas[-1])
-        why = check(row) if check is not None else ""
-        if why:
-            problems.append(f"{where}: {why}")
-        for c in floats:
-            if row.get(c):
-                try:
-                    float(row[c])
-                except ValueError:
-                    problems.append(f"{where}: {c}={row[c]!r} is not a number")
-        missing = [c for c in env if c in own and not own[c]]
-        if missing:
-            problems.append(f"{where}: environment columns empty: {missing}")
-        if unique:
-            key = tuple(row[c] for c in unique)
-            if key in seen:
-                problems.append(
-                    f"{where}: duplicate {'/'.join(unique)} {list(key)} (first at {seen[key]}): a run "
-                    "was appended twice"
-                )
-            seen.setdefault(key, where)
+        problems += _row_problems(where, row, own, floats, env, check, unique, seen)
         if own["chain"] != chain(prev, row_content(own, columns)):
             problems.append(f"{where}: hash chain broken (a row was edited, removed or reordered)")
             return problems
