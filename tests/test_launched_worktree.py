@@ -9,6 +9,7 @@ On a fresh copy of this repository (its tracked and untracked-not-ignored files,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -172,6 +173,14 @@ def test_readme_quickstart_runs_on_a_fresh_clone(repo: Path) -> None:
     if not (venv / ".kda-env-stamp").is_file():
         pytest.fail(f"{venv} is not a venv made by scripts/setup_env.sh (no .kda-env-stamp): run the README's "
                     "test command, which makes one")
+    # setup_env.sh reinstalls when the stamp is stale, and through the link it would install into this test's
+    # own environment (its editable kda_lab then pointing at this temporary clone): refuse that up front
+    want = hashlib.sha256(b"".join((repo / f).read_bytes() for f in (
+        "requirements/cpu.txt", "requirements/e2e-cpu.txt", "requirements/sglang.txt",
+        "requirements/peers-cpu.txt", "pyproject.toml"))).hexdigest()
+    if (venv / ".kda-env-stamp").read_text().strip() != want:
+        pytest.fail(f"{venv} is stale against this checkout's pins: run scripts/setup_env.sh first (the quickstart "
+                    "would reinstall into this environment)")
     (repo / ".venv").symlink_to(venv, target_is_directory=True)
     env = {**git_env(repo.parent), "PYTHONPATH": str(repo)}
     r = subprocess.run(["./scripts/quickstart.sh"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
