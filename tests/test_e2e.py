@@ -765,3 +765,24 @@ def test_one_picker_weighs_a_failed_run_as_each_caller_asks() -> None:
     latest, cpu = latest_rows(rows, by_row_tier_gpu, failed="latest")
     assert [r["run_id"] for r in latest.values()] == ["e"] and cpu == 1
     assert latest_rows(rows, by_row_tier_gpu, stages=("decode",)) == ({}, 0)
+
+
+def test_a_missing_model_module_dep_is_named_with_where_to_get_it(tmp_path: Path) -> None:
+    """On a box call that carried .gpu-stage-a but not .gpu-stage-c, SGLang's model modules stop on `import dill`
+    (2026-12-08, the LTX-2 family's GPU test): the error names the module and where each environment gets it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['dill'] = None  # as on a box without .gpu-stage-c\n")
+    env = {**os.environ, "KDA_ROOT": str(lab_root(tmp_path)), "KDA_GIT_COMMIT": "test",
+           "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    env.pop("OUT", None)
+    env.pop("KDA_E2E_TRACEBACK", None)
+    r = subprocess.run([sys.executable, "-m", "kda_lab", "e2e", "--rows", "ltx2_vae_decode", "--no-record"], env=env,
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "SGLang's model modules import 'dill'" in r.stderr and "carry .gpu-stage-c" in r.stderr, r.stderr[-2000:]
+    assert "scripts/setup_env.sh" in r.stderr and "Traceback" not in r.stderr
+    code = ("import sys; from kda_lab.e2e import runtime\n"
+            "try:\n    runtime.init_sglang('cpu')\nexcept runtime.MissingModelDeps as e:\n    print('named', e.name)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.stdout.strip() == "named dill", r.stderr[-2000:]

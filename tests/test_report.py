@@ -398,6 +398,25 @@ def test_h100_rows_are_not_results_for_an_h200_task(tmp_path: Path) -> None:
     assert {r["run_id"] for r in latest_row_numbers(task).values()} == {"r-h200"}
 
 
+def test_an_h100_check_and_bench_do_not_change_an_h200_candidates_status(tmp_path: Path) -> None:
+    """The LTX-2 glue task's first GPU session got an H100 (2026-12-08): its check and bench rows (arch h100) made
+    the tasks table read "c003 benchmarked, no GPU timing". Rows of another arch are not the task's results."""
+    root = lab_root(tmp_path, real_ledgers=False)
+    task_dir = root / "kernels" / FSS
+    solution(task_dir, "c000", "baseline", "register", "2026-11-20T10:00:00Z")
+    solution(task_dir, "c001", "proposed", "register", "2026-11-21T09:00:00Z", parent="c000")
+    for event, status in (("check", "correct"), ("bench", "benchmarked")):
+        ledger.append_solution(task_dir, ts="2026-11-22T09:00:00Z", id="c001", parent="c000", status=status,
+                               event=event, source_hash="c001hash".ljust(16, "0"), arch="h100",
+                               gpu="NVIDIA H100 80GB HBM3", evidence={}, git_commit="0" * 40, command="kda bench",
+                               note="")
+    t = task_report(root)
+    assert t.status == "c001 proposed, no GPU timing"
+    assert {c.id: c.status for c in t.lineage}["c001"] == "proposed"
+    solution(task_dir, "c001", "correct", "check", "2026-11-23T09:00:00Z", parent="c000")
+    assert {c.id: c.status for c in task_report(root).lineage}["c001"] == "correct"
+
+
 def test_a_later_promotion_supersedes_the_earlier_one(tmp_path: Path) -> None:
     """The exporter keeps one copy per task and arch: after c003 is promoted over c002, the status names c003
     alone and the lineage shows c002 as superseded (the ledger rows stay as they were)."""

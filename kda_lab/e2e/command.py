@@ -95,8 +95,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     try:
         runtime.init_sglang("cpu" if device == "meta" else device, args.attention_backend)  # meta: the host's
     except Exception as e:  # noqa: BLE001 - a missing import dep or a broken SGLang: one clear line, exit 2
-        print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e} "
-              "(on the GPU box: carry .gpu-stage-c, docs/e2e.md)", file=sys.stderr)
+        hint = "" if isinstance(e, runtime.MissingModelDeps) else " (on the GPU box: carry .gpu-stage-c, docs/e2e.md)"
+        print(f"kda e2e: FAIL cannot set up SGLang's runtime on {device}: {type(e).__name__}: {e}{hint}",
+              file=sys.stderr)
         return 2
     seed, env, run_id = start(device, args.seed)
     if args.conv_floor:

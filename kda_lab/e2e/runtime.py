@@ -63,6 +63,17 @@ def cpu_e2e_site() -> str:
     return f"{CPU_E2E_SITE} on sys.path, torchvision without compiled ops (CPU torch)"
 
 
+class MissingModelDeps(RuntimeError):
+    """An import dep of SGLang's model modules is missing: where each environment gets them."""
+
+    def __init__(self, name: str | None) -> None:
+        super().__init__(
+            f"SGLang's model modules import {name!r}, which this Python lacks: on the GPU box carry .gpu-stage-c "
+            "with the call (docs/e2e.md, 'On the GPU box'); on a CPU host run scripts/setup_env.sh "
+            f"(requirements/e2e-cpu.txt into {CPU_E2E_SITE})")
+        self.name = name
+
+
 def server_args(device: str, attention_backend: str | None = None, layout: Any = None) -> Any:
     """SGLang's ServerArgs for the e2e rows on ``device``: one process, or the degrees of ``layout``
     (kda_lab.e2e.parallel.Layout), resolved and validated by SGLang as `sglang serve` does (ValueError where it
@@ -98,7 +109,10 @@ def init_sglang(device: str, attention_backend: str | None = None, layout: Any =
     if layout is None and "WORLD_SIZE" not in os.environ:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1")
-    args = server_args(device, attention_backend, layout)
+    try:
+        args = server_args(device, attention_backend, layout)
+    except ModuleNotFoundError as e:  # SGLang's model modules import what its base package does not need
+        raise MissingModelDeps(e.name) from e
     from sglang.multimodal_gen.runtime.distributed.parallel_state import (
         maybe_init_distributed_environment_and_model_parallel,
     )
