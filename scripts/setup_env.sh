@@ -3,8 +3,8 @@
 #   torch 2.13.0 CPU, triton 3.6.0, numpy<2.4, SGLang 0.5.23 --no-deps + exactly its import deps, the lab.
 # The installs go through uv (pinned below, itself installed by pip into .venv/.uv, outside site-packages) where
 # uv installs, and through pip otherwise (or with KDA_NO_UV=1): the same pins and flags, the same environment
-# (`pip freeze --all` alike). uv builds a fresh .venv in well under pip's time (2 busy cores, uv's cache empty:
-# 74 s against 116 s). torch alone always goes through pip: pip's own configuration may point it at a local CPU wheel
+# (`pip freeze --all` alike). A fresh .venv on 2 busy cores: 74-76 s with uv (its cache warm or empty) against
+# 116-120 s with pip. torch alone always goes through pip: pip's own configuration may point it at a local CPU wheel
 # (find-links) that uv does not read, where uv would fetch a CUDA build of several GB.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
