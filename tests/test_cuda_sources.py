@@ -204,3 +204,34 @@ def test_the_binding_syntax_check_rejects_a_binding_that_would_not_build(tmp_pat
     bad.write_text(good.read_text().replace("return t.numel();", "int unused = 0; return t.numel();"))
     with pytest.raises(AssertionError, match="unused"):
         assert_binding_compiles(bad, tmp_path, tmp_path)
+
+
+def test_the_header_cache_is_keyed_by_content_not_paths_or_mtimes(tmp_path: Path) -> None:
+    """The precompiled torch header's folder is named by what it is built from: the same headers in another
+    folder (another checkout's venv) or touched share it; a changed byte in any header read, or another flag,
+    does not."""
+    from kda_lab.testing import _torch_header_key
+
+    cxx = shutil.which("g++")
+    if not cxx:
+        pytest.fail("g++ is needed: nvcc needs one too")
+    roots = []
+    for name in ("venv_a", "venv_b"):
+        root = tmp_path / name / "include"
+        (root / "torch").mkdir(parents=True)
+        (root / "torch/extension.h").write_text('#pragma once\n#include "ops.h"\n')
+        (root / "torch/ops.h").write_text("inline int twice(int x) { return 2 * x; }\n")
+        roots.append(root)
+
+    def key(root: Path, *more: str) -> str | None:
+        return _torch_header_key(cxx, ("-std=c++20", *more, f"-isystem{root}"))
+
+    a = key(roots[0])
+    assert a is not None and a == key(roots[1])
+    os.utime(roots[1] / "torch/ops.h", ns=(1, 1))
+    assert key(roots[1]) == a
+    assert key(roots[1], "-Wall") != a
+    (roots[1] / "torch/ops.h").write_text("inline int twice(int x) { return x + x; }\n")
+    assert key(roots[1]) != a
+    (roots[1] / "torch/extension.h").unlink()
+    assert key(roots[1]) is None
