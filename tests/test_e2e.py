@@ -164,6 +164,70 @@ def test_kernel_names_map_to_families_and_categories() -> None:
     assert s == {"family:group_norm_silu": 0.3, "gemm": 0.5, "other": 0.2}
 
 
+def test_a_kernel_of_a_family_the_forward_never_called_is_not_that_familys() -> None:
+    """SGLang 0.5.23 names two Triton kernels `_rmsnorm_scale_shift_kernel`: norm_tanh_mul_add's (Z-Image) and
+    LTX-2's fused RMSNorm + modulate. The H100 LTX-2 step profile (2026-12-07) put LTX-2's 1.4 % under the lab's
+    norm_tanh_mul_add though the forward never called that family: a family whose installed targets a forward
+    never called owns none of its kernels; KDA's own exported kernels stay theirs."""
+    import ast
+    from importlib.util import find_spec
+
+    from kda_lab.e2e.kernels import (
+        classify,
+        exported_kernels,
+        idle_families,
+        shares,
+        top_kernels,
+        vae_bucket,
+        vae_split,
+    )
+
+    def jit_defs(module: str) -> set[str]:
+        tree = ast.parse(Path(find_spec(module).origin).read_text())
+        return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+    name = "_rmsnorm_scale_shift_kernel"
+    assert name in jit_defs("sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_bitexact")  # LTX-2's
+    assert name in jit_defs("sglang.kernels.ops.diffusion.norm.rmsnorm_scale_shift_triton")  # the family's
+    installed = {"rmsnorm_scale": "norm_tanh_mul_add", "rmsnorm_tanh_residual": "norm_tanh_mul_add",
+                 "fused_norm_scale_shift": "norm_scale_shift"}
+    ltx2 = idle_families({}, installed)  # LTX-2's step: coverage_on was {}
+    zimage = idle_families({"rmsnorm_scale": {"kda": 64, "sglang": 0}}, installed)
+    assert ltx2 == {"norm_tanh_mul_add", "norm_scale_shift"} and zimage == {"norm_scale_shift"}
+    assert idle_families({"rmsnorm_tanh_residual": {"kda": 0, "sglang": 3}}, installed) == {"norm_scale_shift"}
+    assert classify(name) == classify(name, zimage) == "family:norm_tanh_mul_add"
+    assert classify(name, ltx2) == "other"
+    times = {name: 14.0, "sm90_xmma_gemm_x": 86.0}
+    assert shares(times, ltx2) == {"gemm": 0.86, "other": 0.14}
+    assert shares(times) == {"family:norm_tanh_mul_add": 0.14, "gemm": 0.86}
+    assert [k["class"] for k in top_kernels(times, idle=ltx2)] == ["other"]
+    # a VAE bucket still reads the name: a norm kernel is norm+activation glue whoever owns it
+    assert vae_bucket(name, ltx2) == "norm_act" and vae_split({"_ltx2_norm_kernel_of_sglang": 2000.0}, ltx2) == {"norm_act": 2.0}
+    for kda_name, family in exported_kernels().items():  # only KDA's impls launch these: never re-labelled
+        assert classify(kda_name, frozenset({family})) == f"family:{family}"
+
+
+def test_the_report_reads_a_stage_rows_idle_families_from_its_own_columns() -> None:
+    """Rows recorded before `idle_families` keep their stored class in the ledger; the report re-reads which
+    families the forward never called from the row's `overlay`, `promoted` and `coverage_on` columns, written by
+    run.py's own formatters."""
+    from types import SimpleNamespace
+
+    from kda_lab.e2e.report import _idle_families
+    from kda_lab.e2e.run import _overlay_text, _promoted_text
+
+    prom = {"rmsnorm_scale": {"family": "norm_tanh_mul_add", "source_hash": "a" * 16},
+            "fused_norm_scale_shift": {"family": "norm_scale_shift", "source_hash": "b" * 16},
+            "apply_rotary_embedding": {"family": "rotary_embedding", "source_hash": "c" * 16}}
+    st = {"rmsnorm_scale": {"installed": True, "call_sites": []},
+          "fused_norm_scale_shift": {"installed": True, "call_sites": ["sglang.multimodal_gen.runtime.models.dits.ltx_2.f"]},
+          "apply_rotary_embedding": {"installed": False, "call_sites": []}}
+    row = {"promoted": _promoted_text(prom), "overlay": _overlay_text(st, SimpleNamespace(module="dits.ltx_2:X")),
+           "coverage_on": '{"fused_norm_scale_shift": {"kda": 3, "sglang": 0}}'}
+    assert _idle_families(row) == {"norm_tanh_mul_add"}  # rotary: not installed, so nothing is known of it
+    assert _idle_families({**row, "coverage_on": ""}) == {"norm_tanh_mul_add", "norm_scale_shift"}
+
+
 def test_a_decode_splits_into_the_buckets_of_the_video_vae_issue() -> None:
     from kda_lab.e2e.kernels import top_kernels, vae_bucket, vae_split
 

@@ -86,14 +86,18 @@ def exported_kernels() -> dict[str, str]:
     return {n: t.family for t in TARGETS for n in exported_kernel_names(t.family)}
 
 
-def classify(kernel_name: str) -> str:
-    """'family:<name>' for a swap target's kernel, else 'attention' | 'conv' | 'gemm' | 'other'."""
+def classify(kernel_name: str, idle: frozenset[str] = frozenset()) -> str:
+    """'family:<name>' for a swap target's kernel, else 'attention' | 'conv' | 'gemm' | 'other'.
+
+    ``idle``: families whose swap targets the profiled forward never called (``idle_families``). A kernel that
+    matches only such a family's SGLang names is another SGLang kernel of the same name (SGLang defines
+    ``_rmsnorm_scale_shift_kernel`` both in norm_tanh_mul_add's module and in LTX-2's fused RMSNorm + modulate)."""
     low = kernel_name.lower()
     for token in re.findall(r"[a-z0-9_]+", low):
         if token in exported_kernels():
             return f"family:{exported_kernels()[token]}"
     for family, pats in family_patterns().items():
-        if any(p in low for p in pats):
+        if family not in idle and any(p in low for p in pats):
             return f"family:{family}"
     for cat, pats in CATEGORIES:
         if any(p in low for p in pats):
@@ -101,23 +105,33 @@ def classify(kernel_name: str) -> str:
     return "other"
 
 
-def shares(kernel_times: dict[str, float]) -> dict[str, float]:
+def idle_families(calls: dict[str, dict[str, int]], installed: dict[str, str]) -> frozenset[str]:
+    """The families of ``installed`` ({swap target: family}, the overlay's KDA objects) none of whose targets a
+    forward called (``calls``: a trace's per-target counts, KDA or SGLang): with the overlay on every call of
+    an installed target passes its KDA object, so no kernel of that forward is theirs."""
+    called = {fam for fn, fam in installed.items() if sum((calls.get(fn) or {}).values())}
+    return frozenset(set(installed.values()) - called)
+
+
+def shares(kernel_times: dict[str, float], idle: frozenset[str] = frozenset()) -> dict[str, float]:
     """{class: share of total device time} from {kernel name: device time}."""
     total = sum(kernel_times.values())
     out: dict[str, float] = {}
     if total <= 0:
         return out
     for name, t in kernel_times.items():
-        c = classify(name)
+        c = classify(name, idle)
         out[c] = out.get(c, 0.0) + t / total
     return dict(sorted(out.items()))
 
 
-def top_kernels(kernel_times: dict[str, float], n: int = 15) -> list[dict[str, object]]:
+def top_kernels(kernel_times: dict[str, float], n: int = 15,
+                idle: frozenset[str] = frozenset()) -> list[dict[str, object]]:
     """The ``n`` kernels outside GEMM and attention with the most device time: name (cut to 120 characters),
     class, ms and share of the stage's total (kernel_times in µs, as the profiler gives them)."""
     total = sum(kernel_times.values())
-    rest = [(k, v, classify(k)) for k, v in kernel_times.items() if classify(k) not in ("gemm", "attention")]
+    classes = {k: classify(k, idle) for k in kernel_times}
+    rest = [(k, v, classes[k]) for k, v in kernel_times.items() if classes[k] not in ("gemm", "attention")]
     rest.sort(key=lambda kv: -kv[1])
     return [{"kernel": k[:120], "class": c, "ms": round(v / 1e3, 4), "share": round(v / total, 4) if total else 0.0}
             for k, v, c in rest[:n]]
@@ -134,10 +148,10 @@ VAE_BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def vae_bucket(kernel_name: str) -> str:
+def vae_bucket(kernel_name: str, idle: frozenset[str] = frozenset()) -> str:
     """One of conv / layout / pad_cat / upsample / norm_act / attention / gemm / other."""
     low = kernel_name.lower()
-    c = classify(kernel_name)
+    c = classify(kernel_name, idle)
     if c.startswith("family:"):
         return "pad_cat" if c == "family:replicate_pad3d" else "norm_act"
     if c in ("attention", "gemm"):
@@ -148,10 +162,10 @@ def vae_bucket(kernel_name: str) -> str:
     return "conv" if c == "conv" else "other"
 
 
-def vae_split(kernel_times: dict[str, float]) -> dict[str, float]:
+def vae_split(kernel_times: dict[str, float], idle: frozenset[str] = frozenset()) -> dict[str, float]:
     """{bucket: device ms} of a decode (kernel_times in µs)."""
     out: dict[str, float] = {}
     for name, t in kernel_times.items():
-        b = vae_bucket(name)
+        b = vae_bucket(name, idle)
         out[b] = out.get(b, 0.0) + t / 1e3
     return {k: round(v, 4) for k, v in sorted(out.items())}

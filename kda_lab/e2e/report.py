@@ -129,6 +129,19 @@ def short_kernel(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[:width - 1] + "…"
 
 
+def _idle_families(r: dict[str, str]) -> frozenset[str]:
+    """The families a stage row's forward never called (kernels.idle_families) from its own columns: the
+    installed targets (``overlay``: ``fn:installed``; ``promoted``: ``fn=family:...``) and ``coverage_on``."""
+    from kda_lab.e2e.kernels import idle_families
+
+    installed = {part.partition(":")[0] for part in (r.get("overlay") or "").split("; ")
+                 if part.partition(" ")[0].endswith(":installed")}
+    family = {fn: rest.partition(":")[0] for fn, _, rest in
+              (item.partition("=") for item in (r.get("promoted") or "").split())}
+    calls = json.loads(r["coverage_on"]) if r.get("coverage_on") else {}
+    return idle_families(calls, {fn: family[fn] for fn in installed if fn in family})
+
+
 def _top_kernels_section(root: Path) -> list[str]:
     """Per request and stage (overlay off): the decode's split, and the top kernels outside GEMM and attention,
     so that "other" is named kernel by kernel (issue #35, item 4)."""
@@ -160,8 +173,11 @@ def _top_kernels_section(root: Path) -> list[str]:
                 tf = f"; convolutions at {rate:.1f} TFLOP/s" if rate else ""  # 0: FLOPs not counted (pre-fix rows)
                 out += [f"Decode split: {parts}{tf}.", ""]
             out += ["| kernel | class | ms | share |", "|---|---|---:|---:|"]
+            idle = _idle_families(r)
             for k in json.loads(r["top_kernels_off"]):
                 cls = vae_bucket(k["kernel"]) if r.get("split_off") else k["class"]  # a decode: its split's buckets
+                if cls.removeprefix("family:") in idle:  # a row recorded before kernels.idle_families
+                    cls = "other"
                 out.append(f"| `{short_kernel(k['kernel'])}` | {cls} | {k['ms']:.2f} | {k['share']:.1%} |")
             out.append("")
     return out

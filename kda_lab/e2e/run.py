@@ -153,20 +153,22 @@ def run_row(row: Any, device: str, tiny: bool, blocks: int | None, trials: int, 
             rec["speedup"] = rec["off_device_ms"] / rec["on_device_ms"]
             rec["eager_speedup"] = rec["off_eager_ms"] / rec["on_eager_ms"]
             if profile:
-                from kda_lab.e2e.kernels import shares, top_kernels, vae_split
+                from kda_lab.e2e.kernels import idle_families, shares, top_kernels, vae_split
 
+                # the same forward calls the same targets in both arms; the trace sees them with the overlay on
+                idle = idle_families(ran.calls, {fn: v["family"] for fn, v in st.items() if v.get("installed")})
                 for state in ("off", "on"):
                     with ConvFlops(built.module) as flops:
                         times = measure.profile_times(forward, state == "on", cuda)
                     if row.kind == "vae":  # the decode split and the conv floor (issue #36)
-                        split = vae_split(times)
+                        split = vae_split(times, idle)
                         rec[f"split_{state}"] = json.dumps(split, sort_keys=True)
                         if split.get("conv"):
                             rec[f"conv_tflops_{state}"] = flops.flops / (split["conv"] * 1e-3) / 1e12
-                    rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in shares(times).items()},
+                    rec[f"shares_{state}"] = json.dumps({k: round(v, 4) for k, v in shares(times, idle).items()},
                                                         sort_keys=True)
                     rec[f"kernel_ms_{state}"] = sum(times.values()) / 1e3
-                    rec[f"top_kernels_{state}"] = json.dumps(top_kernels(times))
+                    rec[f"top_kernels_{state}"] = json.dumps(top_kernels(times, idle=idle))
         rec["status"] = "ok" if ok else "disagree"
     except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
         rec.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
