@@ -24,8 +24,8 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import conv_input  # noqa: E402
 
-SIG = {"x_ptr": "*i16", "out_ptr": "*i16", "n_vox": "i32", "C": "i32", "T": "i32", "H": "i32", "W": "i32",
-       "To": "i32", "Ho": "i32", "Wo": "i32", "sxb": "i64", "sxc": "i32", "sxt": "i32", "sxh": "i32", "sxw": "i32",
+SIG = {"x_ptr": "*i16", "out_ptr": "*i16", "C": "i32", "T": "i32", "H": "i32", "W": "i32", "To": "i32",
+       "HWo": "i32", "Wo": "i32", "sxb": "i64", "sxc": "i32", "sxt": "i32", "sxh": "i32", "sxw": "i32",
        "wl": "i32", "ht": "i32", "tf": "i32", "inv_c": "fp32", "eps": "fp32", "NORM": "constexpr",
        "X_BF16": "constexpr", "BLOCK_V": "constexpr", "BLOCK_C": "constexpr"}
 

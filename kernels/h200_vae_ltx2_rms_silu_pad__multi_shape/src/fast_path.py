@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from kda_kernels.class_patch import ClassPatches
 
-from .conv_input import MAX_C, launch
+from .conv_input import MAX_C, fits, launch
 
 LTX = "sglang.multimodal_gen.runtime.models.vaes.ltx_2_vae"
 _DTYPES = (torch.bfloat16, torch.float32, torch.float16)
@@ -95,7 +95,7 @@ def _conv_ok(m: Any, x: torch.Tensor, conv_cache: object) -> bool:
         return _fallback("conv weight not channels_last_3d")
     _, hp, wp = conv.padding
     _, _, _, h, w = x.shape
-    if x.shape[1] > MAX_C or hp >= h or wp >= w:
+    if x.shape[1] > MAX_C or hp >= h or wp >= w or not fits(x, _pads(m, causal=False)):
         return _fallback("outside the kernel's contract")
     return True
 

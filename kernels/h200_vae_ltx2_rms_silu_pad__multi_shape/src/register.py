@@ -5,7 +5,7 @@ installs it).
 Contract (prompt.md K): ``ltx2_rms_silu_pad(x, pad, eps)`` and ``ltx2_pad_cast(x, pad)``, x ``[B, C, T, H, W]``
 bf16/fp32/fp16 with any strides, pad six non-negative ints in F.pad order (the H/W reflect pads smaller than H/W);
 the output is bf16 channels_last_3d. Outside the contract (another rank or dtype, a pad the reflection cannot
-make, an empty x, C above ``conv_input.MAX_C``, autograd recording, a device that is neither CUDA nor the CPU
+make, an empty x, C above ``conv_input.MAX_C``, a frame past int32 offsets (``conv_input.fits``), autograd recording, a device that is neither CUDA nor the CPU
 under the Triton interpreter) the call is SGLang's chain (chain.py, a copy of the family module's baselines).
 
 Importing this module builds nothing and needs no GPU; Triton compiles on the first CUDA call.
@@ -18,7 +18,7 @@ import os
 import torch
 
 from .chain import sglang_chain
-from .conv_input import MAX_C, launch
+from .conv_input import MAX_C, fits, launch
 from .fast_path import FAST_PATH
 
 _DTYPES = (torch.bfloat16, torch.float32, torch.float16)
@@ -41,6 +41,8 @@ def padded_shape(x: object, pad: object) -> tuple[int, ...] | None:
     b, c, t, h, w = x.shape
     if c > MAX_C or max(wl, wr) >= w or max(ht, hb) >= h:
         return None  # reflection pads must be smaller than the size they pad (F.pad refuses them too)
+    if not fits(x, tuple(pad)):
+        return None
     return b, c, t + tf + tb, h + ht + hb, w + wl + wr
 
 
