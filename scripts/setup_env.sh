@@ -28,16 +28,20 @@ if [ "${KDA_NO_UV:-0}" != 1 ] && { [ -x "$uv" ] && [ "$("$uv" --version)" = "uv 
     .venv/bin/python -m pip install -q --upgrade --target .venv/.uv "uv==$uv_version"; }; then
   # --compile-bytecode: pip writes the .pyc files at install time too (tests start many interpreters at once)
   install() { "$uv" pip install -q --python .venv/bin/python --compile-bytecode "$@"; }
+  install_source_only() { "$uv" pip install -q --python .venv/bin/python "$@"; }
 else
   [ "${KDA_NO_UV:-0}" = 1 ] || echo "setup_env.sh: uv $uv_version did not install; installing with pip" >&2
   install() { .venv/bin/python -m pip install -q "$@"; }
+  install_source_only() { .venv/bin/python -m pip install -q --no-compile "$@"; }
 fi
 install -r requirements/cpu.txt
 # sglang pins torch 2.14.1 and dozens of serving packages: its import deps are in requirements/cpu.txt.
 install --no-deps -r requirements/sglang.txt
 install --no-deps -e .
-# The peers' own source (quack-kernels, liger-kernel, flashinfer-python), read by tests/test_peers.py.
-install --no-deps -r requirements/peers-cpu.txt
+# The peers' own source (quack-kernels, liger-kernel, flashinfer-python), read by tests/test_peers.py. No .pyc
+# files: QuACK and FlashInfer are read with `ast`, never imported (they need CUDA), and Liger's few imported modules
+# are small; compiling the three (FlashInfer alone is 3,375 modules) cost about 17 s of CPU per fresh .venv.
+install_source_only --no-deps -r requirements/peers-cpu.txt
 # kda e2e only: SGLang model-module deps outside site-packages (requirements/e2e-cpu.txt says why).
 install --no-deps --upgrade --target .venv/e2e-site -r requirements/e2e-cpu.txt
 echo "$want" > "$stamp"

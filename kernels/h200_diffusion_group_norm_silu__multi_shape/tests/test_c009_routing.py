@@ -89,22 +89,26 @@ def _ptxas(log: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _build(tmp: Path, kernels_cu_text: str | None = None) -> tuple[ctypes.CDLL, dict, dict]:
-    """gns_kernels.cu (or a mutated copy) + gns_path_f.cu -> one shared library, and each file's ptxas report."""
+def _build(tmp: Path, kernels_cu_text: str | None = None,
+           path_f_obj: Path | None = None) -> tuple[ctypes.CDLL, dict, dict]:
+    """gns_kernels.cu (or a mutated copy) + gns_path_f.cu -> one shared library, and each file's ptxas report.
+    ``path_f_obj``: gns_path_f.cu's object from an earlier build (same source and flags), linked as it is; its
+    report is then {}."""
     tmp.mkdir(parents=True, exist_ok=True)
     kcu = SRC / "gns_kernels.cu"
     if kernels_cu_text is not None:
         kcu = tmp / "gns_kernels_mut.cu"
         kcu.write_text(kernels_cu_text)
-    logs = {}
-    for cu, obj in ((kcu, tmp / "k.o"), (SRC / "gns_path_f.cu", tmp / "f.o")):
+    logs = {"gns_path_f.cu": {}}
+    f_obj = path_f_obj or tmp / "f.o"
+    for cu, obj in ((kcu, tmp / "k.o"), *(() if path_f_obj else ((SRC / "gns_path_f.cu", f_obj),))):
         res = subprocess.run([_nvcc(), *NVCC_FLAGS, "-Xptxas", "-v", f"-I{SRC}", "-c", str(cu), "-o", str(obj)],
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
         logs[cu.name] = _ptxas(res.stdout + res.stderr)
     so = tmp / "libgns.so"
     res = subprocess.run([_nvcc(), "-shared", "-gencode=arch=compute_90a,code=sm_90a", str(tmp / "k.o"),
-                          str(tmp / "f.o"), "-o", str(so)], capture_output=True, text=True, timeout=600)
+                          str(f_obj), "-o", str(so)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     lib = ctypes.CDLL(str(so))
     lib.gns_describe.restype = ctypes.c_int
@@ -112,8 +116,13 @@ def _build(tmp: Path, kernels_cu_text: str | None = None) -> tuple[ctypes.CDLL, 
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    return _build(tmp_path_factory.mktemp("gns_c009"))
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gns_c009")
+
+
+@pytest.fixture(scope="module")
+def built(build_dir: Path):
+    return _build(build_dir)
 
 
 def describe(lib: ctypes.CDLL, shape, dtype: str, G: int, force_path: int = 0) -> list[int]:
@@ -186,7 +195,7 @@ def test_routing_sends_exactly_the_intended_rows(built) -> None:
 
 
 @pytest.mark.parametrize("wrong", ["c007", "no_gather_condition", "no_20mib_bound", "wide_f_rule"])
-def test_wrong_rules_are_rejected(built, tmp_path: Path, wrong: str) -> None:
+def test_wrong_rules_are_rejected(built, build_dir: Path, tmp_path: Path, wrong: str) -> None:
     lib, _, _ = built
     reg = _register()
     c007 = route(reg._wins_c007, lib, 7)
@@ -203,7 +212,7 @@ def test_wrong_rules_are_rejected(built, tmp_path: Path, wrong: str) -> None:
                          ("kChunkAutoMaxXBytes = 16ll << 20", "kChunkAutoMaxXBytes = 24ll << 20")):
             assert text.count(old) == 1
             text = text.replace(old, new)
-        lib, _, _ = _build(tmp_path / "mut", text)
+        lib, _, _ = _build(tmp_path / "mut", text, path_f_obj=build_dir / "f.o")  # gns_path_f.cu as built
     table = route(wins, lib, 0)  # outside the raises: only check_c009 may reject
     with pytest.raises(AssertionError):
         check_c009(table, c007)
