@@ -428,14 +428,14 @@ def test_on_the_gpu_the_candidate_is_within_one_ulp_of_sglangs_chain_on_producti
 
 
 def _special_case(kind: str) -> torch.Tensor:
-    """bf16 x [1, 24, 2, 3, 4] of small integers (exact channel sums) with one voxel made special: the candidate
-    divides x by rms through Markstein's reciprocal step unless a tile holds |x| below 2^-100 or a non-finite
-    rms; each launch here is one tile, so each case takes the path its name says."""
+    """bf16 x [1, 24, 2, 3, 4] of small integers (exact channel sums) with one voxel made special: the
+    candidate divides x by rms through Markstein's reciprocal step unless a tile holds |x| below 2^-100 or a
+    non-finite rms; each launch here is one tile, so each case takes the path its name says."""
     g = torch.Generator().manual_seed(7)
     x = torch.randint(-8, 9, (1, 24, 2, 3, 4), generator=g).to(torch.float32)
     if kind == "negative_zero_voxel":  # x/rms keeps x's sign: -0 in, -0 out (0x8000)
         x[0, :, 1, 2, 3] = -0.0
-    elif kind == "tiny_tile":  # |x| 1e-36: x*x underflows, rms = sqrt(eps); the remainder step would underflow
+    elif kind == "tiny_tile":  # |x| 1e-36: x*x underflows, rms = sqrt(eps); the remainder would underflow
         x = x * 1e-36
     elif kind == "inf_voxel":  # rms = inf: finite channels give 0, the inf channel NaN
         x[0, 3, 0, 1, 1] = float("inf")
@@ -445,11 +445,12 @@ def _special_case(kind: str) -> torch.Tensor:
 
 
 @needs_interpreter
-@pytest.mark.parametrize("kind", ["plain", "negative_zero_voxel", "tiny_tile", "inf_voxel", "overflowing_squares"])
+@pytest.mark.parametrize("kind", ["plain", "negative_zero_voxel", "tiny_tile", "inf_voxel",
+                                  "overflowing_squares"])
 def test_both_division_paths_are_sglangs_chain_bit_for_bit(exports, kind: str) -> None:
     x = _special_case(kind)
     got, want = exports["ltx2_rms_silu_pad"](x, PAD), fam.sglang_ltx2_rms_silu_pad(x, PAD)
-    nan = want.isnan()  # inf / inf: a NaN on both sides, its payload each converter's own (the kernel: 0x7FC0)
+    nan = want.isnan()  # inf / inf: NaN on both sides, the payload each converter's own (the kernel: 0x7FC0)
     assert torch.equal(got.isnan(), nan), kind
     assert torch.equal(bits(got)[~nan], bits(want)[~nan]), kind
     assert nan.any() == (kind == "inf_voxel")
