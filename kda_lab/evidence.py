@@ -80,6 +80,14 @@ def solution_counts(row: Mapping[str, Any], arch: str) -> bool:
     return counts_for(arch, str(row.get("arch") or ""), str(row.get("gpu") or ""))
 
 
+def solution_from_another_gpu(row: Mapping[str, Any], arch: str) -> bool:
+    """A solutions.jsonl row measured on a GPU whose rows do not count for ``arch`` (an H100 that ran an h200
+    task, whether recorded as ``h100`` or, by the old harness, as ``h200``). CPU rows (registrations, interpreter
+    verdicts: gpu ``cpu``, ``cpu-interpreter``) are no GPU's measurement."""
+    gpu = str(row.get("gpu") or "")
+    return bool(gpu) and not gpu.lower().startswith("cpu") and not solution_counts(row, arch)
+
+
 def a_gpu(arch: str) -> str:
     """"an H200", "a B200": the GPU an arch's evidence needs, for messages."""
     model = arch.upper()

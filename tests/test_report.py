@@ -410,6 +410,11 @@ def test_an_h100_check_and_bench_do_not_change_an_h200_candidates_status(tmp_pat
                                event=event, source_hash="c001hash".ljust(16, "0"), arch="h100",
                                gpu="NVIDIA H100 80GB HBM3", evidence={}, git_commit="0" * 40, command="kda bench",
                                note="")
+    # the old harness recorded an H100 as arch h200: the GPU's name decides
+    ledger.append_solution(task_dir, ts="2026-11-22T10:00:00Z", id="c001", parent="c000", status="benchmarked",
+                           event="bench", source_hash="c001hash".ljust(16, "0"), arch="h200",
+                           gpu="NVIDIA H100 80GB HBM3", evidence={}, git_commit="0" * 40, command="kda bench",
+                           note="")
     t = task_report(root)
     assert t.status == "c001 proposed, no GPU timing"
     assert {c.id: c.status for c in t.lineage}["c001"] == "proposed"

@@ -130,16 +130,11 @@ def short_kernel(name: str, width: int = 90) -> str:
 
 
 def _idle_families(r: dict[str, str]) -> frozenset[str]:
-    """The families a stage row's forward never called (kernels.idle_families) from its own columns: the
-    installed targets (``overlay``: ``fn:installed``; ``promoted``: ``fn=family:...``) and ``coverage_on``."""
+    """The families a stage row's forward never called (kernels.idle_families), from its own columns."""
     from kda_lab.e2e.kernels import idle_families
 
-    installed = {part.partition(":")[0] for part in (r.get("overlay") or "").split("; ")
-                 if part.partition(" ")[0].endswith(":installed")}
-    family = {fn: rest.partition(":")[0] for fn, _, rest in
-              (item.partition("=") for item in (r.get("promoted") or "").split())}
     calls = json.loads(r["coverage_on"]) if r.get("coverage_on") else {}
-    return idle_families(calls, {fn: family[fn] for fn in installed if fn in family})
+    return idle_families(calls, e2e_ledger.installed_families(r))
 
 
 def _top_kernels_section(root: Path) -> list[str]:

@@ -129,6 +129,16 @@ def kda_calls(coverage: Any) -> int:
     return sum(int(c.get("kda", 0)) for c in calls.values()) if isinstance(calls, dict) else 0
 
 
+def installed_families(row: dict[str, Any]) -> dict[str, str]:
+    """{swap target: family} of the targets the overlay had installed in a row's run, from its ``overlay``
+    (``fn:installed ...; ``, run._overlay_text) and ``promoted`` (``fn=family:hash ...``, run._promoted_text)."""
+    installed = {part.partition(":")[0] for part in str(row.get("overlay") or "").split("; ")
+                 if part.partition(" ")[0].endswith(":installed")}
+    family = {fn: rest.partition(":")[0] for fn, _, rest in
+              (item.partition("=") for item in str(row.get("promoted") or "").split())}
+    return {fn: family[fn] for fn in installed if fn in family}
+
+
 def aa_ran_kda(row: dict[str, Any]) -> bool:
     """An A/A row whose second arm ran KDA code: not an A/A measurement (refused on append, never read as one)."""
     return is_aa(row) and kda_calls(row.get("coverage_on")) > 0

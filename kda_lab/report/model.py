@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kda_lab import ledger
-from kda_lab.evidence import bench_row_counts
+from kda_lab.evidence import bench_row_counts, solution_from_another_gpu
 from kda_lab.task.flop_model import FLOP_MODELS
 from kda_lab.task.twins import TwinError, with_home_rows
 
@@ -460,11 +460,10 @@ def load_task_report(task_dir: Path, launchers: dict[str, str]) -> TaskReport:
                                          source_hash=str(s.get("source_hash")), first_ts=str(s.get("ts")))
         # A promoted candidate stays promoted until the exporter reverts it or promotes another: a later check or
         # bench of the same sources (a peer comparison, a row subset) does not take it out of kda_kernels.
-        # A row another architecture recorded (an H100 that ran an h200 task) is in the ledger, but it is not
-        # this task's evidence: it does not change the candidate's status here, as its runs are not its results.
-        other_arch = s.get("arch") not in (None, "", arch)
-        if not other_arch and not (c.status == "promoted" and s.get("event") in ("check", "bench", "interpret",
-                                                                                   "note")):
+        # A row another GPU measured (an H100 that ran an h200 task) is in the ledger, but it is not this task's
+        # evidence: it does not change the candidate's status here, as its runs are not its results.
+        if not solution_from_another_gpu(s, arch) and not (
+                c.status == "promoted" and s.get("event") in ("check", "bench", "interpret", "note")):
             c.status = str(s.get("status"))
         if s.get("event") == "promote":
             ev = s.get("evidence") or {}
